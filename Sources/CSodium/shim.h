@@ -1,0 +1,2 @@
+// libsodium for KeychainCrypto, the only target allowed to import it.
+#include <sodium.h>

@@ -1,0 +1,207 @@
+import KeychainModel
+
+/// The persisted keybag: every class key wrapped, plus how the passcode key is derived.
+/// Stored as one row in the database, so that a passcode change replaces it in a single
+/// transaction: after a crash the keybag opens with the old passcode or the new, never neither.
+public struct KeybagRecord: Sendable, Equatable {
+    public static let currentVersion: UInt8 = 1
+
+    /// Salt and cost of the passcode's Argon2id, or nil when no passcode is set.
+    public var passcode: PasscodeParameters?
+    public var wrappedKeys: [Protection: [UInt8]]
+
+    public struct PasscodeParameters: Sendable, Equatable {
+        public var salt: [UInt8]
+        public var argon2: Argon2Parameters
+    }
+
+    public var hasPasscode: Bool { passcode != nil }
+
+    public func encoded() -> [UInt8] {
+        var w = ByteWriter()
+        w.u8(Self.currentVersion)
+        if let p = passcode {
+            w.u8(1)
+            w.lengthPrefixed(p.salt)
+            w.u64(p.argon2.opsLimit)
+            w.u64(UInt64(p.argon2.memLimitBytes))
+        } else {
+            w.u8(0)
+        }
+        w.u8(UInt8(wrappedKeys.count))
+        for pdmn in wrappedKeys.keys.sorted() {
+            w.u8(pdmn.keyClassNumber)
+            w.lengthPrefixed(wrappedKeys[pdmn]!)
+        }
+        return w.bytes
+    }
+
+    public init(passcode: PasscodeParameters?, wrappedKeys: [Protection: [UInt8]]) {
+        self.passcode = passcode
+        self.wrappedKeys = wrappedKeys
+    }
+
+    public init(decoding bytes: [UInt8]) throws(KeychainError) {
+        var r = ByteReader(bytes, failure: .decode)
+        let version = try r.u8()
+        guard version == Self.currentVersion else {
+            throw KeychainError(.notAvailable, "keybag version \(version) is not supported by this keychaind (supports \(Self.currentVersion))")
+        }
+        switch try r.u8() {
+        case 0: passcode = nil
+        case 1:
+            let salt = try r.lengthPrefixed(max: 64)
+            let ops = try r.u64()
+            let mem = try r.u64()
+            let params = Argon2Parameters(opsLimit: ops, memLimitBytes: Int(clamping: mem))
+            guard params.isValid else { throw KeychainError(.decode, "keybag Argon2id parameters are out of range") }
+            passcode = PasscodeParameters(salt: salt, argon2: params)
+        default: throw KeychainError(.decode, "keybag passcode flag is invalid")
+        }
+        let count = Int(try r.u8())
+        var keys: [Protection: [UInt8]] = [:]
+        for _ in 0..<count {
+            let number = try r.u8()
+            guard let pdmn = Protection.allCases.first(where: { $0.keyClassNumber == number }) else {
+                throw KeychainError(.decode, "keybag names unknown key class \(number)")
+            }
+            keys[pdmn] = try r.lengthPrefixed(max: 256)
+        }
+        guard r.isAtEnd else { throw KeychainError(.decode, "keybag has trailing bytes") }
+        wrappedKeys = keys
+    }
+}
+
+/// The class keys in memory, and the rules for wrapping them (docs/security.md):
+/// passcode classes under KEK = BLAKE2b(DK, "keychaind/v1/kek" || Argon2id(passcode)) when a
+/// passcode is set, else under the device-derived wrap key; Always classes under the
+/// device-derived key only. A value type: each operation returns the new record to persist,
+/// and the caller adopts the new state only once that record is durable.
+public struct Keybag: Sendable {
+    /// Keys derived from the device key.
+    private let wrapKey: SecureKey
+    /// Class keys currently loaded; a class not here is unavailable (errSecInteractionNotAllowed).
+    public private(set) var loaded: [Protection: SecureKey] = [:]
+    public private(set) var record: KeybagRecord
+
+    public init(deviceKey: SecureKey, record: KeybagRecord) throws(KeychainError) {
+        self.wrapKey = deviceKey.derive(id: 1, context: "keybag__")
+        self.record = record
+        // Always keys load at start; with no passcode everything does.
+        for (pdmn, wrapped) in record.wrappedKeys where !pdmn.isPasscodeProtected || !record.hasPasscode {
+            loaded[pdmn] = try unwrap(wrapped, pdmn: pdmn, with: wrapKey, passcodeWrapped: false)
+        }
+    }
+
+    /// A new keybag: fresh random class keys, no passcode (so no akpu key: that class cannot
+    /// exist without a passcode).
+    public static func create(deviceKey: SecureKey) throws(KeychainError) -> Keybag {
+        let wrapKey = deviceKey.derive(id: 1, context: "keybag__")
+        var wrapped: [Protection: [UInt8]] = [:]
+        for pdmn in Protection.allCases where pdmn != .whenPasscodeSetThisDeviceOnly {
+            wrapped[pdmn] = wrap(SecureKey.random(), pdmn: pdmn, with: wrapKey, passcodeWrapped: false)
+        }
+        return try Keybag(deviceKey: deviceKey, record: KeybagRecord(passcode: nil, wrappedKeys: wrapped))
+    }
+
+    public func key(for pdmn: Protection) -> SecureKey? { loaded[pdmn] }
+
+    /// Unwraps the passcode classes. Wrong passcode: errSecAuthFailed, nothing changes.
+    public mutating func unlock(passcode: [UInt8], deviceKey: SecureKey) throws(KeychainError) {
+        guard let params = record.passcode else { return }
+        let kek = try Self.kek(passcode: passcode, params: params, deviceKey: deviceKey)
+        var unwrapped: [Protection: SecureKey] = [:]
+        for (pdmn, wrapped) in record.wrappedKeys where pdmn.isPasscodeProtected {
+            do {
+                unwrapped[pdmn] = try unwrap(wrapped, pdmn: pdmn, with: kek, passcodeWrapped: true)
+            } catch {
+                throw KeychainError(.authFailed, "the passcode is not correct")
+            }
+        }
+        loaded.merge(unwrapped) { _, new in new }
+    }
+
+    /// Drops the WhenUnlocked-style class keys (ak, aku, akpu): their guarded memory is zeroed
+    /// and freed once no call is still using them.
+    public mutating func purgeWhenUnlockedKeys() {
+        for pdmn in Protection.allCases where pdmn.isPurgedOnLock { loaded[pdmn] = nil }
+    }
+
+    /// Sets a passcode where there was none. Needs every class key loaded; creates the akpu key.
+    public mutating func setPasscode(_ passcode: [UInt8], parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
+        guard !record.hasPasscode else {
+            throw KeychainError(.param, "a passcode is already set; change it instead")
+        }
+        try requireAllPasscodeClassesLoaded()
+        var keys = loaded
+        keys[.whenPasscodeSetThisDeviceOnly] = SecureKey.random()
+        try rewrap(keys: keys, passcode: passcode, parameters: parameters, deviceKey: deviceKey)
+    }
+
+    /// Replaces the passcode. Items are untouched: only the class keys are rewrapped.
+    public mutating func changePasscode(old: [UInt8], new: [UInt8], parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
+        guard record.hasPasscode else { throw KeychainError(.param, "no passcode is set; set one instead") }
+        var check = self
+        try check.unlock(passcode: old, deviceKey: deviceKey)
+        try rewrap(keys: check.loaded, passcode: new, parameters: parameters, deviceKey: deviceKey)
+    }
+
+    /// Removes the passcode: passcode classes go back under the device key and the akpu key is
+    /// destroyed (the caller deletes the akpu items in the same transaction).
+    public mutating func removePasscode(current: [UInt8], deviceKey: SecureKey) throws(KeychainError) {
+        guard record.hasPasscode else { throw KeychainError(.param, "no passcode is set") }
+        var check = self
+        try check.unlock(passcode: current, deviceKey: deviceKey)
+        var keys = check.loaded
+        keys[.whenPasscodeSetThisDeviceOnly] = nil
+        var wrapped: [Protection: [UInt8]] = [:]
+        for (pdmn, key) in keys {
+            wrapped[pdmn] = Self.wrap(key, pdmn: pdmn, with: wrapKey, passcodeWrapped: false)
+        }
+        record = KeybagRecord(passcode: nil, wrappedKeys: wrapped)
+        loaded = keys
+    }
+
+    private mutating func rewrap(keys: [Protection: SecureKey], passcode: [UInt8], parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
+        let params = KeybagRecord.PasscodeParameters(salt: Sodium.randomBytes(Argon2Parameters.saltBytes), argon2: parameters)
+        let kek = try Self.kek(passcode: passcode, params: params, deviceKey: deviceKey)
+        var wrapped: [Protection: [UInt8]] = [:]
+        for (pdmn, key) in keys {
+            let byPasscode = pdmn.isPasscodeProtected
+            wrapped[pdmn] = Self.wrap(key, pdmn: pdmn, with: byPasscode ? kek : wrapKey, passcodeWrapped: byPasscode)
+        }
+        record = KeybagRecord(passcode: params, wrappedKeys: wrapped)
+        loaded = keys
+    }
+
+    private func requireAllPasscodeClassesLoaded() throws(KeychainError) {
+        for pdmn in record.wrappedKeys.keys where loaded[pdmn] == nil {
+            throw KeychainError(.interactionNotAllowed, "the keychain is locked; unlock it first")
+        }
+    }
+
+    static func kek(passcode: [UInt8], params: KeybagRecord.PasscodeParameters, deviceKey: SecureKey) throws(KeychainError) -> SecureKey {
+        let pk = try PasswordKDF.derive(passcode: passcode, salt: params.salt, parameters: params.argon2)
+        var message = Array("keychaind/v1/kek".utf8) + pk.copyBytes()
+        defer { Sodium.wipe(&message) }
+        return deviceKey.hashToKey(message)
+    }
+
+    private static func associatedData(_ pdmn: Protection, passcodeWrapped: Bool) -> [UInt8] {
+        Array("keychaind/v1/classkey".utf8) + [pdmn.keyClassNumber, passcodeWrapped ? 1 : 0]
+    }
+
+    static func wrap(_ key: SecureKey, pdmn: Protection, with wrapping: SecureKey, passcodeWrapped: Bool) -> [UInt8] {
+        var raw = key.copyBytes()
+        defer { Sodium.wipe(&raw) }
+        return AEAD.seal(raw, associatedData: associatedData(pdmn, passcodeWrapped: passcodeWrapped), key: wrapping)
+    }
+
+    private func unwrap(_ wrapped: [UInt8], pdmn: Protection, with wrapping: SecureKey, passcodeWrapped: Bool) throws(KeychainError) -> SecureKey {
+        guard var raw = AEAD.open(wrapped, associatedData: Self.associatedData(pdmn, passcodeWrapped: passcodeWrapped), key: wrapping),
+              raw.count == SecureKey.byteCount else {
+            throw KeychainError(.decode, "class key \(pdmn.rawValue) does not unwrap: wrong key or altered keybag")
+        }
+        return SecureKey.taking(&raw)
+    }
+}

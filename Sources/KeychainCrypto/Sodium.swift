@@ -1,0 +1,129 @@
+import CSodium
+import KeychainModel
+
+/// libsodium must be initialised once before any other call; a Swift global is initialised
+/// lazily and exactly once, thread-safely.
+private let sodiumInitialised: Bool = sodium_init() >= 0
+
+/// The small set of libsodium primitives the keychain uses. Every C pointer in the target goes
+/// through this file or SecureKey; callers see Swift arrays and SecureKey only.
+public enum Sodium {
+    static func ensureInitialised() {
+        precondition(sodiumInitialised, "libsodium failed to initialise")
+    }
+
+    public static func randomBytes(_ count: Int) -> [UInt8] {
+        ensureInitialised()
+        var out = [UInt8](repeating: 0, count: count)
+        out.withUnsafeMutableBytes { randombytes_buf($0.baseAddress!, count) }
+        return out
+    }
+
+    /// Overwrites a buffer that held key material or a secret, in a way the optimiser keeps.
+    public static func wipe(_ bytes: inout [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        bytes.withUnsafeMutableBytes { sodium_memzero($0.baseAddress!, $0.count) }
+    }
+
+    /// Constant-time comparison, for anything derived from a secret.
+    public static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        if a.isEmpty { return true }
+        return a.withUnsafeBytes { pa in b.withUnsafeBytes { pb in
+            sodium_memcmp(pa.baseAddress!, pb.baseAddress!, a.count) == 0
+        } }
+    }
+}
+
+/// XChaCha20-Poly1305 (IETF): 24-byte random nonces, so per-message random nonces are safe.
+public enum AEAD {
+    public static let nonceBytes = Int(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES)
+    public static let tagBytes = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
+    public static let keyBytes = Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES)
+
+    /// Returns nonce || ciphertext || tag.
+    public static func seal(_ plaintext: [UInt8], associatedData ad: [UInt8], key: SecureKey) -> [UInt8] {
+        key.withUnsafeBytes { seal(plaintext, associatedData: ad, keyPointer: $0) }
+    }
+
+    public static func seal(_ plaintext: [UInt8], associatedData ad: [UInt8], rawKey: [UInt8]) -> [UInt8] {
+        precondition(rawKey.count == keyBytes)
+        return rawKey.withUnsafeBytes { seal(plaintext, associatedData: ad, keyPointer: $0) }
+    }
+
+    /// Opens nonce || ciphertext || tag; nil when the tag does not verify (wrong key, altered
+    /// bytes or altered associated data).
+    public static func open(_ sealed: [UInt8], associatedData ad: [UInt8], key: SecureKey) -> [UInt8]? {
+        key.withUnsafeBytes { open(sealed, associatedData: ad, keyPointer: $0) }
+    }
+
+    public static func open(_ sealed: [UInt8], associatedData ad: [UInt8], rawKey: [UInt8]) -> [UInt8]? {
+        precondition(rawKey.count == keyBytes)
+        return rawKey.withUnsafeBytes { open(sealed, associatedData: ad, keyPointer: $0) }
+    }
+
+    private static func seal(_ plaintext: [UInt8], associatedData ad: [UInt8], keyPointer k: UnsafeRawBufferPointer) -> [UInt8] {
+        Sodium.ensureInitialised()
+        let nonce = Sodium.randomBytes(nonceBytes)
+        var out = [UInt8](repeating: 0, count: nonceBytes + plaintext.count + tagBytes)
+        var written: UInt64 = 0
+        let rc = out.withUnsafeMutableBufferPointer { o in
+            plaintext.withUnsafeBufferPointer { m in
+                ad.withUnsafeBufferPointer { a in
+                    nonce.withUnsafeBufferPointer { n in
+                        o.baseAddress!.initialize(from: n.baseAddress!, count: nonceBytes)
+                        return crypto_aead_xchacha20poly1305_ietf_encrypt(
+                            o.baseAddress! + nonceBytes, &written,
+                            m.baseAddress, UInt64(m.count), a.baseAddress, UInt64(a.count),
+                            nil, n.baseAddress!, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+                    }
+                }
+            }
+        }
+        precondition(rc == 0 && Int(written) == plaintext.count + tagBytes)
+        return out
+    }
+
+    private static func open(_ sealed: [UInt8], associatedData ad: [UInt8], keyPointer k: UnsafeRawBufferPointer) -> [UInt8]? {
+        Sodium.ensureInitialised()
+        guard sealed.count >= nonceBytes + tagBytes else { return nil }
+        var out = [UInt8](repeating: 0, count: sealed.count - nonceBytes - tagBytes)
+        var written: UInt64 = 0
+        let rc = out.withUnsafeMutableBufferPointer { o in
+            sealed.withUnsafeBufferPointer { c in
+                ad.withUnsafeBufferPointer { a in
+                    // An empty plaintext still needs a valid pointer to write to.
+                    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1) { spare in
+                        crypto_aead_xchacha20poly1305_ietf_decrypt(
+                            o.baseAddress ?? spare.baseAddress!, &written, nil,
+                            c.baseAddress! + nonceBytes, UInt64(c.count - nonceBytes),
+                            a.baseAddress, UInt64(a.count),
+                            c.baseAddress!, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+                    }
+                }
+            }
+        }
+        guard rc == 0 else {
+            Sodium.wipe(&out)
+            return nil
+        }
+        return out
+    }
+}
+
+/// Keyed BLAKE2b: the lookup-column hashes and the passcode tangling.
+public enum KeyedHash {
+    public static func hash(_ message: [UInt8], key: SecureKey, outputBytes: Int = 16) -> [UInt8] {
+        Sodium.ensureInitialised()
+        var out = [UInt8](repeating: 0, count: outputBytes)
+        key.withUnsafeBytes { k in
+            message.withUnsafeBufferPointer { m in
+                out.withUnsafeMutableBufferPointer { o in
+                    _ = crypto_generichash(o.baseAddress!, outputBytes, m.baseAddress, UInt64(m.count),
+                                           k.baseAddress!.assumingMemoryBound(to: UInt8.self), k.count)
+                }
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,160 @@
+/// Little-endian byte writer for the keychain's binary encodings (the sealed item plaintext
+/// and, later, the wire protocol). Growing an array is fine here: callers wipe buffers that
+/// held secrets once they are done with them.
+public struct ByteWriter: Sendable {
+    public private(set) var bytes: [UInt8] = []
+
+    public init(capacity: Int = 0) { bytes.reserveCapacity(capacity) }
+
+    public mutating func u8(_ v: UInt8) { bytes.append(v) }
+    public mutating func u16(_ v: UInt16) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+    public mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+    public mutating func u64(_ v: UInt64) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+    public mutating func raw<C: Collection>(_ b: C) where C.Element == UInt8 { bytes.append(contentsOf: b) }
+    /// u32 length, then the bytes.
+    public mutating func lengthPrefixed<C: Collection>(_ b: C) where C.Element == UInt8 {
+        u32(UInt32(b.count))
+        bytes.append(contentsOf: b)
+    }
+}
+
+/// Reads what ByteWriter wrote; every read is bounds-checked and a short input throws the
+/// status the caller chose (errSecParam for requests, errSecDecode for stored items).
+public struct ByteReader {
+    private let bytes: [UInt8]
+    public private(set) var offset: Int
+    private let failure: KeychainStatus
+
+    public init(_ bytes: [UInt8], offset: Int = 0, failure: KeychainStatus) {
+        self.bytes = bytes
+        self.offset = offset
+        self.failure = failure
+    }
+
+    public var remaining: Int { bytes.count - offset }
+    public var isAtEnd: Bool { offset == bytes.count }
+
+    public func fail(_ message: String) -> KeychainError { KeychainError(failure, message) }
+
+    public mutating func take(_ n: Int) throws(KeychainError) -> ArraySlice<UInt8> {
+        guard n >= 0, n <= remaining else { throw fail("truncated input: wanted \(n) bytes, \(remaining) left") }
+        defer { offset += n }
+        return bytes[offset..<(offset + n)]
+    }
+
+    public mutating func u8() throws(KeychainError) -> UInt8 { try take(1).first! }
+    public mutating func u16() throws(KeychainError) -> UInt16 { UInt16(try fixed(2)) }
+    public mutating func u32() throws(KeychainError) -> UInt32 { UInt32(try fixed(4)) }
+    public mutating func u64() throws(KeychainError) -> UInt64 { try fixed(8) }
+
+    private mutating func fixed(_ n: Int) throws(KeychainError) -> UInt64 {
+        let s = try take(n)
+        var v: UInt64 = 0
+        for (i, b) in s.enumerated() { v |= UInt64(b) << (8 * UInt64(i)) }
+        return v
+    }
+
+    /// u32 length then bytes, with the length checked against what is left before copying.
+    public mutating func lengthPrefixed(max: Int) throws(KeychainError) -> [UInt8] {
+        let n = Int(try u32())
+        guard n <= max else { throw fail("field of \(n) bytes exceeds the limit of \(max)") }
+        return Array(try take(n))
+    }
+}
+
+/// The binary encoding of an attribute dictionary:
+///
+///     u32 count, then per entry: u16 key length, key (UTF-8), u8 type tag, value
+///     tags: 1 string (u32 length + UTF-8), 2 data (u32 length + bytes),
+///           3 int (i64), 4 bool (u8 0/1), 5 date (f64 bits, CFAbsoluteTime)
+///
+/// All integers little-endian. Keys are written in sorted order so the encoding of a
+/// dictionary is canonical.
+public enum AttributeCodec {
+    public enum Tag: UInt8 { case string = 1, data = 2, int = 3, bool = 4, date = 5 }
+
+    public static func encode(_ dict: AttributeDictionary, into w: inout ByteWriter) {
+        w.u32(UInt32(dict.count))
+        for key in dict.keys.sorted() {
+            let k = Array(key.utf8)
+            w.u16(UInt16(k.count))
+            w.raw(k)
+            encodeValue(dict[key]!, into: &w)
+        }
+    }
+
+    public static func encodeValue(_ value: AttributeValue, into w: inout ByteWriter) {
+        switch value {
+        case .string(let s): w.u8(Tag.string.rawValue); w.lengthPrefixed(Array(s.utf8))
+        case .data(let d): w.u8(Tag.data.rawValue); w.lengthPrefixed(d)
+        case .int(let i): w.u8(Tag.int.rawValue); w.u64(UInt64(bitPattern: i))
+        case .bool(let b): w.u8(Tag.bool.rawValue); w.u8(b ? 1 : 0)
+        case .date(let t): w.u8(Tag.date.rawValue); w.u64(t.bitPattern)
+        }
+    }
+
+    public static func encode(_ dict: AttributeDictionary) -> [UInt8] {
+        var w = ByteWriter()
+        encode(dict, into: &w)
+        return w.bytes
+    }
+
+    /// Decodes a dictionary; rejects duplicate keys, unknown tags, invalid UTF-8 and values
+    /// larger than `maxValueBytes`.
+    public static func decode(
+        from r: inout ByteReader, maxEntries: Int = KeychainLimits.maxQueryKeys,
+        maxValueBytes: Int = KeychainLimits.maxSecretBytes
+    ) throws(KeychainError) -> AttributeDictionary {
+        let count = Int(try r.u32())
+        guard count <= maxEntries else { throw r.fail("\(count) entries exceed the limit of \(maxEntries)") }
+        var dict: AttributeDictionary = [:]
+        dict.reserveCapacity(count)
+        for _ in 0..<count {
+            let klen = Int(try r.u16())
+            guard klen > 0, klen <= 64 else { throw r.fail("key length \(klen) is out of range") }
+            guard let key = String(validating: try r.take(klen), as: UTF8.self) else {
+                throw r.fail("a key is not valid UTF-8")
+            }
+            let value = try decodeValue(from: &r, key: key, maxValueBytes: maxValueBytes)
+            guard dict.updateValue(value, forKey: key) == nil else { throw r.fail("key \(key) appears twice") }
+        }
+        return dict
+    }
+
+    public static func decodeValue(
+        from r: inout ByteReader, key: String, maxValueBytes: Int
+    ) throws(KeychainError) -> AttributeValue {
+        let tag = try r.u8()
+        switch Tag(rawValue: tag) {
+        case .string:
+            let b = try r.lengthPrefixed(max: maxValueBytes)
+            guard let s = String(validating: b, as: UTF8.self) else { throw r.fail("\(key) is not valid UTF-8") }
+            return .string(s)
+        case .data: return .data(try r.lengthPrefixed(max: maxValueBytes))
+        case .int: return .int(Int64(bitPattern: try r.u64()))
+        case .bool:
+            let b = try r.u8()
+            guard b <= 1 else { throw r.fail("\(key) is not a valid boolean") }
+            return .bool(b == 1)
+        case .date: return .date(Double(bitPattern: try r.u64()))
+        case nil: throw r.fail("\(key) has unknown value type \(tag)")
+        }
+    }
+
+    public static func decode(_ bytes: [UInt8], failure: KeychainStatus) throws(KeychainError) -> AttributeDictionary {
+        var r = ByteReader(bytes, failure: failure)
+        let dict = try decode(from: &r)
+        guard r.isAtEnd else { throw r.fail("\(r.remaining) unexpected bytes after the attributes") }
+        return dict
+    }
+}
+
+/// Documented limits (docs/security.md): requests above them are rejected, never truncated.
+public enum KeychainLimits {
+    /// Largest secret (kSecValueData): 1 MiB.
+    public static let maxSecretBytes = 1 << 20
+    /// Largest value of any other attribute: 64 KiB.
+    public static let maxAttributeBytes = 64 << 10
+    /// Most keys in one query or attribute dictionary (Apple's limit is 128 too).
+    public static let maxQueryKeys = 128
+}

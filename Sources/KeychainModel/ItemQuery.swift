@@ -1,0 +1,289 @@
+/// kSecMatchLimit.
+public enum MatchLimit: Sendable, Equatable {
+    case one
+    case all
+    case count(Int)
+
+    /// Limit one (including the number 1) returns a single object; anything else an array.
+    public var returnsSingle: Bool {
+        switch self {
+        case .one: true
+        case .count(let n): n == 1
+        case .all: false
+        }
+    }
+
+    public var maxRows: Int? {
+        switch self {
+        case .one: 1
+        case .count(let n): n
+        case .all: nil
+        }
+    }
+}
+
+/// A persistent reference: 4-byte class code + 16-byte row id, Apple's current format.
+public struct PersistentRef: Sendable, Hashable {
+    public let itemClass: ItemClass
+    public let id: [UInt8]
+
+    public init(itemClass: ItemClass, id: [UInt8]) {
+        self.itemClass = itemClass
+        self.id = id
+    }
+
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == 20,
+              let code = String(validating: bytes[0..<4], as: UTF8.self),
+              let cls = ItemClass(rawValue: code) else { return nil }
+        self.itemClass = cls
+        self.id = Array(bytes[4...])
+    }
+
+    public var bytes: [UInt8] { Array(itemClass.rawValue.utf8) + id }
+}
+
+/// Which SecItem call a dictionary is for: each accepts a different set of keys.
+public enum ItemOperation: String, Sendable {
+    case add, copyMatching, update, delete
+}
+
+/// A SecItem dictionary checked against Apple's key grammar (keychain-semantics.md 4.1) and
+/// the class's attribute schema, with every attribute coerced to its stored form.
+public struct ItemQuery: Sendable, Equatable {
+    public var itemClass: ItemClass
+    /// Class attributes given by the caller, coerced (agrp, pdmn and sync included when given).
+    public var attributes: AttributeDictionary
+    /// kSecAttrSynchronizable = kSecAttrSynchronizableAny ("syna"): no sync filter.
+    public var matchesAnySync: Bool = false
+    public var limit: MatchLimit = .one
+    public var returnData = false
+    public var returnAttributes = false
+    public var returnRef = false
+    public var returnPersistentRef = false
+    /// kSecValueData.
+    public var data: [UInt8]?
+    /// kSecValuePersistentRef.
+    public var persistentRef: PersistentRef?
+
+    public var returnsAnything: Bool { returnData || returnAttributes || returnRef || returnPersistentRef }
+
+    public var accessGroup: String? { attributes["agrp"]?.stringValue }
+    public var protection: Protection? { attributes["pdmn"]?.stringValue.flatMap(Protection.init(rawValue:)) }
+
+    public init(itemClass: ItemClass, attributes: AttributeDictionary = [:]) {
+        self.itemClass = itemClass
+        self.attributes = attributes
+    }
+
+    /// Parses a caller's dictionary for `operation`, or throws the code Apple gives for it.
+    public init(_ dict: AttributeDictionary, for operation: ItemOperation) throws(KeychainError) {
+        guard dict.count <= KeychainLimits.maxQueryKeys else {
+            throw .param("the dictionary has \(dict.count) keys; the limit is \(KeychainLimits.maxQueryKeys)")
+        }
+        var persistentRef: PersistentRef?
+        if let v = dict["v_PersistentRef"] {
+            guard operation != .add else {
+                throw .param("v_PersistentRef names an existing item; it cannot be added")
+            }
+            guard case .data(let bytes) = v, let ref = PersistentRef(bytes: bytes) else {
+                throw .param("v_PersistentRef must be the 20-byte data that r_PersistentRef returned")
+            }
+            persistentRef = ref
+        }
+        let cls: ItemClass
+        switch dict["class"] {
+        case nil:
+            guard let ref = persistentRef else { throw .param("the query has no class (kSecClass)") }
+            cls = ref.itemClass
+        case .string(let s)?:
+            guard let c = ItemClass(rawValue: s) else {
+                throw KeychainError(.noSuchClass, "unknown class \"\(s)\"; use genp, inet, cert, keys or idnt")
+            }
+            if let ref = persistentRef, ref.itemClass != c {
+                throw .param("class \(c.rawValue) does not match the persistent reference's class \(ref.itemClass.rawValue)")
+            }
+            cls = c
+        case let v?:
+            throw .param("class must be a string, not a \(v.typeName)")
+        }
+        self.init(itemClass: cls)
+        self.persistentRef = persistentRef
+
+        for (key, value) in dict where key != "class" && key != "v_PersistentRef" {
+            try apply(key: key, value: value, operation: operation)
+        }
+        if persistentRef != nil, operation == .copyMatching, !attributes.isEmpty {
+            throw .param("a query with v_PersistentRef may not name other attributes")
+        }
+        if operation == .add, itemClass == .identity {
+            throw .param("an identity is not stored: add its certificate (class cert) and its private key (class keys)")
+        }
+    }
+
+    private mutating func apply(key: String, value: AttributeValue, operation: ItemOperation) throws(KeychainError) {
+        if key.utf8.count == 4 && !key.contains("_") {
+            try applyAttribute(code: key, value: value, operation: operation)
+            return
+        }
+        switch key {
+        case "v_Data":
+            guard operation == .add || operation == .copyMatching else {
+                throw .param("v_Data in the query of \(operation.rawValue) is not allowed; put the new secret in the attributes to update")
+            }
+            guard case .data(let d) = value else { throw .param("v_Data must be data, not a \(value.typeName)") }
+            guard d.count <= KeychainLimits.maxSecretBytes else {
+                throw .param("the secret is \(d.count) bytes; the limit is \(KeychainLimits.maxSecretBytes)")
+            }
+            // In a search, v_Data is not a filter (Apple: it is not a column); it is accepted.
+            if operation == .add { data = d }
+        case "r_Data", "r_Attributes", "r_Ref", "r_PersistentRef":
+            guard case .bool(let on) = value else { throw .param("\(key) must be a boolean") }
+            if operation == .update || operation == .delete {
+                if on { throw .param("\(key) is not allowed in the query of \(operation.rawValue)") }
+                return
+            }
+            switch key {
+            case "r_Data": returnData = on
+            case "r_Attributes": returnAttributes = on
+            case "r_Ref": returnRef = on
+            default: returnPersistentRef = on
+            }
+        case "m_Limit":
+            guard operation == .copyMatching else {
+                throw .param("m_Limit is not allowed in \(operation.rawValue): it acts on every match")
+            }
+            switch value {
+            case .string("m_LimitOne"): limit = .one
+            case .string("m_LimitAll"): limit = .all
+            case .int(let n) where n >= 1: limit = .count(Int(min(n, Int64(Int32.max))))
+            default: throw .param("m_Limit must be m_LimitOne, m_LimitAll or a positive number")
+            }
+        case "v_Ref":
+            throw .param("v_Ref (object references) is not supported over a socket; pass attributes and v_Data")
+        case "u_OpPrompt", "u_AuthUI", "u_NoAuthUI", "u_CallerName":
+            // Authentication UI options: there is never a UI here, so they are accepted and have no effect.
+            break
+        default:
+            if key.hasPrefix("m_") {
+                // kSecMatchCaseInsensitive and the like: accepted and without effect in a search (Apple too).
+                guard operation == .copyMatching else {
+                    throw .param("\(key) is not allowed in \(operation.rawValue)")
+                }
+            } else if key.hasPrefix("f_") {
+                break
+            } else if key.hasPrefix("r_") || key.hasPrefix("u_") || key.hasPrefix("v_") {
+                throw .param("\(key) is not supported")
+            } else {
+                throw .param("unknown key \"\(key)\"")
+            }
+        }
+    }
+
+    private mutating func applyAttribute(code: String, value: AttributeValue, operation: ItemOperation) throws(KeychainError) {
+        if code == "nleg" { return }  // kSecUseDataProtectionKeychain: always this keychain
+        guard let spec = Self.spec(code, in: itemClass) else {
+            throw KeychainError(.noSuchAttribute, "class \(itemClass.rawValue) has no attribute \(code)")
+        }
+        if code == "sync", case .string("syna") = value {
+            guard operation != .add else { throw .param("sync = syna (any) is only for searches") }
+            matchesAnySync = true
+            return
+        }
+        attributes[code] = try Self.coerce(value, spec: spec)
+    }
+
+    static func spec(_ code: String, in cls: ItemClass) -> AttributeSpec? {
+        if let schema = ClassSchema.of(cls) { return schema.spec(code) }
+        // An identity accepts any certificate or key attribute.
+        return ClassSchema.certificate.spec(code) ?? ClassSchema.key.spec(code)
+    }
+
+    /// Coerces one attribute value and checks the special ones (pdmn, agrp, sync) and sizes.
+    static func coerce(_ value: AttributeValue, spec: AttributeSpec) throws(KeychainError) -> AttributeValue {
+        let v = try spec.coerce(value)
+        switch spec.code {
+        case "pdmn":
+            guard case .string(let s) = v, Protection(rawValue: s) != nil else {
+                throw .param("pdmn must be one of ak, ck, dk, aku, cku, dku, akpu")
+            }
+        case "agrp":
+            guard case .string(let s) = v, !s.isEmpty else { throw .param("agrp must be a non-empty string") }
+        case "sync":
+            guard case .int(let n) = v else { throw .param("sync must be a boolean, a number or syna") }
+            return .int(n == 0 ? 0 : 1)
+        default: break
+        }
+        let size: Int
+        switch v {
+        case .string(let s): size = s.utf8.count
+        case .data(let d): size = d.count
+        default: size = 0
+        }
+        guard size <= KeychainLimits.maxAttributeBytes else {
+            throw .param("attribute \(spec.code) is \(size) bytes; the limit is \(KeychainLimits.maxAttributeBytes)")
+        }
+        return v
+    }
+}
+
+/// The second dictionary of SecItemUpdate: attributes and v_Data only.
+public struct ItemChanges: Sendable, Equatable {
+    public var attributes: AttributeDictionary = [:]
+    public var data: [UInt8]?
+
+    public var isEmpty: Bool { attributes.isEmpty && data == nil }
+
+    public init(attributes: AttributeDictionary = [:], data: [UInt8]? = nil) {
+        self.attributes = attributes
+        self.data = data
+    }
+
+    public init(_ dict: AttributeDictionary, for cls: ItemClass) throws(KeychainError) {
+        guard dict.count <= KeychainLimits.maxQueryKeys else {
+            throw .param("the attributes to update have \(dict.count) keys; the limit is \(KeychainLimits.maxQueryKeys)")
+        }
+        guard !dict.isEmpty else { throw .param("the attributes to update are empty") }
+        for (key, value) in dict {
+            if key == "v_Data" {
+                guard case .data(let d) = value else { throw .param("v_Data must be data, not a \(value.typeName)") }
+                guard d.count <= KeychainLimits.maxSecretBytes else {
+                    throw .param("the secret is \(d.count) bytes; the limit is \(KeychainLimits.maxSecretBytes)")
+                }
+                data = d
+                continue
+            }
+            if key == "nleg" { continue }
+            guard let spec = ItemQuery.spec(key, in: cls) else {
+                throw KeychainError(.noSuchAttribute, "class \(cls.rawValue) has no attribute \(key) to update")
+            }
+            if key == "cdat" || key == "mdat" {
+                throw .param("\(key) is set by the keychain and cannot be updated")
+            }
+            if key == "sync", case .string("syna") = value {
+                throw .param("sync = syna (any) is only for searches")
+            }
+            attributes[key] = try ItemQuery.coerce(value, spec: spec)
+        }
+    }
+}
+
+/// One item's result, in the shapes SecItemCopyMatching returns (keychain-semantics.md 4.6).
+public enum ItemResult: Sendable, Equatable {
+    /// r_Data alone: the secret.
+    case data([UInt8])
+    /// r_PersistentRef alone.
+    case persistentRef([UInt8])
+    /// r_Attributes, or two or more return keys: attributes plus v_Data / v_PersistentRef.
+    case attributes(AttributeDictionary)
+}
+
+/// The result of CopyMatching (and of Add with return keys).
+public enum QueryResult: Sendable, Equatable {
+    /// No return key was set, or only r_Ref for a password class (Apple returns NULL).
+    case none
+    /// Match limit one.
+    case single(ItemResult)
+    /// Any other match limit: an array, possibly of one.
+    case list([ItemResult])
+}

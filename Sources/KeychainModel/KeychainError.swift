@@ -1,0 +1,65 @@
+/// The OSStatus codes that the keychain returns, with Apple's values so that people who know
+/// SecItem recognise them (shared/reference/keychain-semantics.md, section 5).
+public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertible {
+    case success = 0
+    case unimplemented = -4
+    case io = -36
+    case param = -50
+    case allocate = -108
+    case notAvailable = -25291
+    case readOnly = -25292
+    case authFailed = -25293
+    case duplicateItem = -25299
+    case itemNotFound = -25300
+    case noSuchAttribute = -25303
+    case noSuchClass = -25306
+    case interactionNotAllowed = -25308
+    case decode = -26275
+    case `internal` = -26276
+    case missingEntitlement = -34018
+
+    /// Apple's constant name, for messages and for people searching the code they see.
+    public var name: String {
+        switch self {
+        case .success: "errSecSuccess"
+        case .unimplemented: "errSecUnimplemented"
+        case .io: "errSecIO"
+        case .param: "errSecParam"
+        case .allocate: "errSecAllocate"
+        case .notAvailable: "errSecNotAvailable"
+        case .readOnly: "errSecReadOnly"
+        case .authFailed: "errSecAuthFailed"
+        case .duplicateItem: "errSecDuplicateItem"
+        case .itemNotFound: "errSecItemNotFound"
+        case .noSuchAttribute: "errSecNoSuchAttr"
+        case .noSuchClass: "errSecNoSuchClass"
+        case .interactionNotAllowed: "errSecInteractionNotAllowed"
+        case .decode: "errSecDecode"
+        case .internal: "errSecInternal"
+        case .missingEntitlement: "errSecMissingEntitlement"
+        }
+    }
+
+    public var description: String { "\(name) (\(rawValue))" }
+}
+
+/// The one error type of the keychain. Equality is on the status code only, so tests and
+/// callers match on what happened, not on the wording. Messages never carry secret bytes:
+/// they name attributes and limits, not values.
+public struct KeychainError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let status: KeychainStatus
+    public let message: String
+
+    public init(_ status: KeychainStatus, _ message: String) {
+        self.status = status
+        self.message = message
+    }
+
+    public static func == (lhs: KeychainError, rhs: KeychainError) -> Bool {
+        lhs.status == rhs.status
+    }
+
+    public var description: String { "\(status): \(message)" }
+
+    public static func param(_ message: String) -> KeychainError { .init(.param, message) }
+}

@@ -1,0 +1,181 @@
+import KeychainModel
+
+/// One row of the items table as stored: clear columns, keyed-hash lookup columns and the
+/// sealed blob. What a stolen database file shows is exactly this.
+public struct ItemRow: Sendable, Equatable {
+    public var rowid: Int64 = 0
+    public var itemClass: ItemClass
+    public var persistentID: [UInt8]
+    public var accessGroup: String
+    /// nil when the stored pdmn is not one this keychaind knows: an edited row, which the
+    /// store reports as errSecDecode.
+    public var protection: Protection?
+    public var sync: Int64
+    public var created: Double
+    public var modified: Double
+    /// Keyed hashes by attribute code, for the class's column attributes.
+    public var hashes: [String: [UInt8]]
+    public var blob: [UInt8]
+
+    public init(itemClass: ItemClass, persistentID: [UInt8], accessGroup: String, protection: Protection?,
+                sync: Int64, created: Double, modified: Double, hashes: [String: [UInt8]], blob: [UInt8]) {
+        self.itemClass = itemClass
+        self.persistentID = persistentID
+        self.accessGroup = accessGroup
+        self.protection = protection
+        self.sync = sync
+        self.created = created
+        self.modified = modified
+        self.hashes = hashes
+        self.blob = blob
+    }
+}
+
+/// Which rows a search selects by column: everything here is exact equality.
+public struct RowFilter: Sendable {
+    public var itemClass: ItemClass
+    /// Rows in any of these groups (never empty: an empty list means no access).
+    public var accessGroups: [String]
+    public var protection: Protection?
+    public var sync: Int64?
+    public var persistentID: [UInt8]?
+    public var hashes: [(code: String, hash: [UInt8])] = []
+
+    public init(itemClass: ItemClass, accessGroups: [String], protection: Protection? = nil, sync: Int64? = nil,
+                persistentID: [UInt8]? = nil, hashes: [(code: String, hash: [UInt8])] = []) {
+        self.itemClass = itemClass
+        self.accessGroups = accessGroups
+        self.protection = protection
+        self.sync = sync
+        self.persistentID = persistentID
+        self.hashes = hashes
+    }
+}
+
+/// The items table and the keybag row. Generated SQL only ever interpolates column names and
+/// class codes from the fixed schema; every value is bound.
+public struct ItemTable {
+    public let db: SQLiteDatabase
+
+    public init(_ db: SQLiteDatabase) { self.db = db }
+
+    private static let fixedColumns = "rowid, class, persistref, agrp, pdmn, sync, cdat, mdat, data"
+
+    private static func columns(of cls: ItemClass) -> [String] {
+        ClassSchema.of(cls)!.columnAttributes.map(\.code)
+    }
+
+    public func insert(_ row: ItemRow) throws(KeychainError) -> Int64 {
+        let codes = Self.columns(of: row.itemClass)
+        let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
+        let sql = "INSERT INTO items(\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
+        try db.statement(sql).run(Self.values(of: row, codes: codes))
+        return try lastRowID()
+    }
+
+    /// Rewrites every column of the row with `row.rowid`.
+    public func replace(_ row: ItemRow) throws(KeychainError) {
+        let codes = Self.columns(of: row.itemClass)
+        let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
+        let sql = "UPDATE items SET \(names.map { "\($0) = ?" }.joined(separator: ", ")) WHERE rowid = ?"
+        try db.statement(sql).run(Self.values(of: row, codes: codes) + [.int(row.rowid)])
+    }
+
+    private static func values(of row: ItemRow, codes: [String]) -> [SQLValue] {
+        var values: [SQLValue] = [
+            .text(row.itemClass.rawValue), .blob(row.persistentID), .text(row.accessGroup),
+            .text(row.protection?.rawValue ?? ""), .int(row.sync), .double(row.created), .double(row.modified),
+            .blob(row.blob),
+        ]
+        for code in codes { values.append(row.hashes[code].map(SQLValue.blob) ?? .null) }
+        return values
+    }
+
+    public func delete(rowid: Int64) throws(KeychainError) {
+        try db.statement("DELETE FROM items WHERE rowid = ?").run([.int(rowid)])
+    }
+
+    /// Deletes every row of a protection domain; returns how many.
+    public func deleteAll(protection: Protection) throws(KeychainError) -> Int {
+        try db.statement("DELETE FROM items WHERE pdmn = ?").run([.text(protection.rawValue)])
+        return db.changes
+    }
+
+    /// Calls `body` for each row the filter selects, in rowid order, until it returns false.
+    /// `body` must not use the table (collect rows first to change them).
+    public func forEach(_ filter: RowFilter, _ body: (ItemRow) throws(KeychainError) -> Bool) throws(KeychainError) {
+        guard !filter.accessGroups.isEmpty else { return }
+        let codes = Self.columns(of: filter.itemClass)
+        var sql = "SELECT \(Self.fixedColumns)\(codes.map { ", h_\($0)" }.joined()) FROM items WHERE class = '\(filter.itemClass.rawValue)'"
+        var values: [SQLValue] = []
+        sql += " AND agrp IN (\(filter.accessGroups.map { _ in "?" }.joined(separator: ", ")))"
+        values += filter.accessGroups.map(SQLValue.text)
+        if let p = filter.protection { sql += " AND pdmn = ?"; values.append(.text(p.rawValue)) }
+        if let s = filter.sync { sql += " AND sync = ?"; values.append(.int(s)) }
+        if let id = filter.persistentID { sql += " AND persistref = ?"; values.append(.blob(id)) }
+        for (code, hash) in filter.hashes {
+            precondition(codes.contains(code), "\(code) is not a column of \(filter.itemClass.rawValue)")
+            sql += " AND h_\(code) = ?"
+            values.append(.blob(hash))
+        }
+        sql += " ORDER BY rowid"
+        let s = try db.statement(sql)
+        try s.bind(values)
+        while try s.step() {
+            guard let cls = ItemClass(rawValue: s.text(1)) else { continue }
+            var hashes: [String: [UInt8]] = [:]
+            for (i, code) in codes.enumerated() where !s.isNull(Int32(9 + i)) {
+                hashes[code] = s.blob(Int32(9 + i))
+            }
+            var row = ItemRow(
+                itemClass: cls, persistentID: s.blob(2), accessGroup: s.text(3),
+                protection: Protection(rawValue: s.text(4)), sync: s.int(5),
+                created: s.double(6), modified: s.double(7), hashes: hashes, blob: s.blob(8))
+            row.rowid = s.int(0)
+            guard try body(row) else { break }
+        }
+    }
+
+    public func rows(_ filter: RowFilter) throws(KeychainError) -> [ItemRow] {
+        var out: [ItemRow] = []
+        try forEach(filter) { row in out.append(row); return true }
+        return out
+    }
+
+    /// The row holding the same primary key as `row` (class, agrp, sync and the class's
+    /// primary-key hashes), other than `row` itself.
+    public func primaryKeyHolder(of row: ItemRow) throws(KeychainError) -> ItemRow? {
+        let pk = ClassSchema.of(row.itemClass)!.primaryKey.map(\.code)
+        let filter = RowFilter(itemClass: row.itemClass, accessGroups: [row.accessGroup], sync: row.sync,
+                               hashes: pk.map { ($0, row.hashes[$0] ?? []) })
+        var found: ItemRow?
+        try forEach(filter) { candidate in
+            if candidate.rowid != row.rowid { found = candidate; return false }
+            return true
+        }
+        return found
+    }
+
+    public func count() throws(KeychainError) -> Int {
+        let s = try db.statement("SELECT count(*) FROM items")
+        _ = try s.step()
+        return Int(s.int(0))
+    }
+
+    private func lastRowID() throws(KeychainError) -> Int64 {
+        let s = try db.statement("SELECT last_insert_rowid()")
+        _ = try s.step()
+        return s.int(0)
+    }
+
+    // MARK: keybag
+
+    public func keybagRecord() throws(KeychainError) -> [UInt8]? {
+        let s = try db.statement("SELECT record FROM keybag WHERE id = 1")
+        return try s.step() ? s.blob(0) : nil
+    }
+
+    public func saveKeybagRecord(_ bytes: [UInt8]) throws(KeychainError) {
+        try db.statement("INSERT INTO keybag(id, record) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET record = excluded.record").run([.blob(bytes)])
+    }
+}

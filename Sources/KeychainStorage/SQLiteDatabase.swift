@@ -1,0 +1,184 @@
+import CSQLite
+import KeychainModel
+
+/// A value bound to or read from SQLite.
+public enum SQLValue: Sendable, Equatable {
+    case null
+    case int(Int64)
+    case double(Double)
+    case text(String)
+    case blob([UInt8])
+}
+
+/// One SQLite connection with a cache of prepared statements. Not thread-safe: exactly one
+/// owner uses it (the store, serialised by the daemon).
+public final class SQLiteDatabase {
+    private var handle: OpaquePointer?
+    private var cache: [String: Statement] = [:]
+    public let path: String
+
+    /// Opens (creating if needed) the database at `path`; durable settings: WAL with
+    /// synchronous=FULL, so an acknowledged commit survives power loss.
+    public init(path: String) throws(KeychainError) {
+        self.path = path
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        handle = db
+        guard rc == SQLITE_OK else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close_v2(db)
+            handle = nil
+            throw KeychainError(Self.status(for: rc), "cannot open database \(path): \(message)")
+        }
+        sqlite3_extended_result_codes(db, 1)
+        try execute("PRAGMA journal_mode=WAL")
+        try execute("PRAGMA synchronous=FULL")
+        try execute("PRAGMA foreign_keys=ON")
+        try execute("PRAGMA secure_delete=ON")
+        sqlite3_busy_timeout(db, 5000)
+    }
+
+    deinit {
+        cache.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    /// Runs SQL that returns no rows (several statements allowed).
+    public func execute(_ sql: String) throws(KeychainError) {
+        var errmsg: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &errmsg)
+        if rc != SQLITE_OK {
+            let message = errmsg.map { String(cString: $0) } ?? "error \(rc)"
+            sqlite3_free(errmsg)
+            throw KeychainError(Self.status(for: rc), "SQLite: \(message)")
+        }
+    }
+
+    /// A cached prepared statement for `sql`, reset and with bindings cleared.
+    public func statement(_ sql: String) throws(KeychainError) -> Statement {
+        if let s = cache[sql] {
+            s.reset()
+            return s
+        }
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else {
+            throw KeychainError(Self.status(for: rc), "SQLite cannot prepare a statement: \(lastMessage)")
+        }
+        let s = Statement(stmt, database: self)
+        cache[sql] = s
+        return s
+    }
+
+    /// Runs `body` in one IMMEDIATE transaction: all of it is committed, or none of it.
+    public func transaction<T>(_ body: () throws(KeychainError) -> T) throws(KeychainError) -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    public var userVersion: Int {
+        get throws(KeychainError) {
+            let s = try statement("PRAGMA user_version")
+            guard try s.step() else { return 0 }
+            return Int(s.int(0))
+        }
+    }
+
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+
+    var lastMessage: String { String(cString: sqlite3_errmsg(handle)) }
+
+    /// Maps SQLite result codes to the keychain's, as securityd does (keychain-semantics.md 5).
+    static func status(for rc: Int32) -> KeychainStatus {
+        switch rc & 0xFF {
+        case SQLITE_CONSTRAINT: .duplicateItem
+        case SQLITE_NOMEM: .allocate
+        case SQLITE_READONLY: .readOnly
+        case SQLITE_IOERR: .io
+        case SQLITE_CORRUPT, SQLITE_NOTADB: .decode
+        case SQLITE_FULL, SQLITE_PERM, SQLITE_CANTOPEN, SQLITE_AUTH, SQLITE_BUSY, SQLITE_LOCKED: .notAvailable
+        case SQLITE_MISMATCH: .noSuchAttribute
+        default: .internal
+        }
+    }
+}
+
+/// A prepared statement. Bind with 1-based indexes; read columns with 0-based ones.
+public final class Statement {
+    private let stmt: OpaquePointer
+    private unowned let database: SQLiteDatabase
+
+    init(_ stmt: OpaquePointer, database: SQLiteDatabase) {
+        self.stmt = stmt
+        self.database = database
+    }
+
+    deinit { sqlite3_finalize(stmt) }
+
+    func reset() {
+        sqlite3_reset(stmt)
+        sqlite3_clear_bindings(stmt)
+    }
+
+    public func bind(_ values: [SQLValue]) throws(KeychainError) {
+        for (i, v) in values.enumerated() { try bind(v, at: Int32(i + 1)) }
+    }
+
+    public func bind(_ value: SQLValue, at index: Int32) throws(KeychainError) {
+        let rc: Int32
+        switch value {
+        case .null: rc = sqlite3_bind_null(stmt, index)
+        case .int(let i): rc = sqlite3_bind_int64(stmt, index, i)
+        case .double(let d): rc = sqlite3_bind_double(stmt, index, d)
+        case .text(let s): rc = sqlite3_bind_text(stmt, index, s, -1, csqlite_transient())
+        case .blob(let b):
+            // A zero-length blob must still be a blob (not NULL) so that it compares equal.
+            rc = b.withUnsafeBytes { sqlite3_bind_blob(stmt, index, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count), csqlite_transient()) }
+        }
+        guard rc == SQLITE_OK else {
+            throw KeychainError(SQLiteDatabase.status(for: rc), "SQLite cannot bind parameter \(index)")
+        }
+    }
+
+    /// Advances; true when a row is available, false when done.
+    public func step() throws(KeychainError) -> Bool {
+        let rc = sqlite3_step(stmt)
+        switch rc {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default:
+            let message = database.lastMessage
+            sqlite3_reset(stmt)
+            throw KeychainError(SQLiteDatabase.status(for: rc), "SQLite: \(message)")
+        }
+    }
+
+    /// Runs a statement that returns no rows.
+    public func run(_ values: [SQLValue] = []) throws(KeychainError) {
+        try bind(values)
+        while try step() {}
+    }
+
+    public func int(_ col: Int32) -> Int64 { sqlite3_column_int64(stmt, col) }
+    public func double(_ col: Int32) -> Double { sqlite3_column_double(stmt, col) }
+    public func isNull(_ col: Int32) -> Bool { sqlite3_column_type(stmt, col) == SQLITE_NULL }
+
+    public func text(_ col: Int32) -> String {
+        guard let p = sqlite3_column_text(stmt, col) else { return "" }
+        return String(cString: p)
+    }
+
+    public func blob(_ col: Int32) -> [UInt8] {
+        let n = Int(sqlite3_column_bytes(stmt, col))
+        guard n > 0, let p = sqlite3_column_blob(stmt, col) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: p, count: n))
+    }
+}

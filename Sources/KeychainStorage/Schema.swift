@@ -1,0 +1,60 @@
+import KeychainModel
+
+/// Forward-only, append-only schema migrations, each in its own transaction, tracked in
+/// PRAGMA user_version. A database from a newer keychaind is refused, never downgraded.
+public enum Schema {
+    /// Hashed lookup columns of the items table (h_<code>). Frozen with schema version 1: a
+    /// later column needs a migration, not an edit here.
+    public static let hashedColumns = [
+        "labl", "acct", "svce", "sdmn", "srvr", "ptcl", "atyp", "port", "path",
+        "ctyp", "issr", "slnr", "alis", "subj", "skid", "pkhh",
+        "kcls", "klbl", "atag", "type", "crtr", "bsiz", "esiz", "sdat", "edat",
+    ]
+
+    static let migrations: [(name: String, sql: String)] = [
+        ("v1: items, keybag", """
+        CREATE TABLE items(
+            rowid INTEGER PRIMARY KEY,
+            class TEXT NOT NULL CHECK (class IN ('genp','inet','cert','keys')),
+            persistref BLOB NOT NULL UNIQUE,
+            agrp TEXT NOT NULL,
+            pdmn TEXT NOT NULL,
+            sync INTEGER NOT NULL DEFAULT 0,
+            cdat REAL NOT NULL,
+            mdat REAL NOT NULL,
+            \(hashedColumns.map { "h_\($0) BLOB" }.joined(separator: ",\n    ")),
+            data BLOB NOT NULL
+        );
+        CREATE UNIQUE INDEX items_pk_genp ON items(agrp, sync, h_acct, h_svce) WHERE class = 'genp';
+        CREATE UNIQUE INDEX items_pk_inet ON items(agrp, sync, h_acct, h_sdmn, h_srvr, h_ptcl, h_atyp, h_port, h_path) WHERE class = 'inet';
+        CREATE UNIQUE INDEX items_pk_cert ON items(agrp, sync, h_ctyp, h_issr, h_slnr) WHERE class = 'cert';
+        CREATE UNIQUE INDEX items_pk_keys ON items(agrp, sync, h_kcls, h_klbl, h_atag, h_type, h_crtr, h_bsiz, h_esiz, h_sdat, h_edat) WHERE class = 'keys';
+        CREATE INDEX items_svce ON items(h_svce) WHERE class = 'genp';
+        CREATE INDEX items_srvr ON items(h_srvr) WHERE class = 'inet';
+        CREATE INDEX items_pkhh ON items(h_pkhh) WHERE class = 'cert';
+        CREATE INDEX items_klbl ON items(h_klbl) WHERE class = 'keys';
+        CREATE INDEX items_pdmn ON items(pdmn);
+        CREATE TABLE keybag(
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            record BLOB NOT NULL
+        );
+        """),
+    ]
+
+    public static var currentVersion: Int { migrations.count }
+
+    /// Brings `db` up to the current version.
+    public static func migrate(_ db: SQLiteDatabase) throws(KeychainError) {
+        let found = try db.userVersion
+        guard found <= currentVersion else {
+            throw KeychainError(.notAvailable, "the database \(db.path) has schema version \(found), newer than this keychaind understands (\(currentVersion)); run a newer keychaind")
+        }
+        for version in found..<currentVersion {
+            let step = migrations[version]
+            try db.transaction { () throws(KeychainError) in
+                try db.execute(step.sql)
+                try db.execute("PRAGMA user_version = \(version + 1)")
+            }
+        }
+    }
+}

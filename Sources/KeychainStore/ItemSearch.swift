@@ -1,0 +1,80 @@
+import KeychainModel
+import KeychainStorage
+
+/// How one class's rows are selected for a query: columns in SQL, then every attribute the
+/// query names checked again on the opened item (exact, byte-for-byte), so a hash collision or
+/// an attribute without a column never yields a wrong match.
+struct SearchPlan {
+    var filter: RowFilter
+    var checks: [(spec: AttributeSpec, value: AttributeValue)]
+    /// Some named attribute has no column: rows must be opened to know whether they match.
+    var needsOpening: Bool
+
+    func matches(_ item: StoredItem) -> Bool {
+        for (spec, value) in checks {
+            guard let stored = item.attributes[spec.code] else { return false }
+            if spec.matchBytes(stored) != spec.matchBytes(value) { return false }
+        }
+        return true
+    }
+}
+
+extension ItemStore {
+    /// Builds the plan for `attributes` (coerced query attributes of class `cls`) within `groups`.
+    func plan(_ cls: ItemClass, attributes: AttributeDictionary, groups: [String], query: ItemQuery) -> SearchPlan {
+        let schema = ClassSchema.of(cls)!
+        var filter = RowFilter(itemClass: cls, accessGroups: groups)
+        var checks: [(AttributeSpec, AttributeValue)] = []
+        var needsOpening = false
+        // Absent sync means sync = 0 (Apple): nothing synchronizable unless asked; "syna" and a
+        // persistent reference lift the filter.
+        if case .int(let s)? = attributes["sync"] {
+            filter.sync = s
+        } else if !query.matchesAnySync && query.persistentRef == nil {
+            filter.sync = 0
+        }
+        filter.persistentID = query.persistentRef?.id
+        for (code, value) in attributes {
+            guard let spec = schema.spec(code) else { continue }
+            switch code {
+            case "agrp", "sync": continue  // groups and sync are filtered above
+            case "pdmn": filter.protection = value.stringValue.flatMap(Protection.init(rawValue:))
+            default:
+                if spec.hasColumn {
+                    filter.hashes.append((code, codec.hash(spec, value)))
+                } else {
+                    needsOpening = true
+                }
+                checks.append((spec, value))
+            }
+        }
+        return SearchPlan(filter: filter, checks: checks, needsOpening: needsOpening)
+    }
+
+    /// Opens and checks the rows a plan selects, up to `limit` matches. A row of a locked class
+    /// fails the whole call (errSecInteractionNotAllowed, as on iOS); an altered row is skipped
+    /// and reported in `corrupt`.
+    func find(_ plan: SearchPlan, limit: Int?) throws(KeychainError) -> (items: [StoredItem], corrupt: Int) {
+        var items: [StoredItem] = []
+        var corrupt = 0
+        try table.forEach(plan.filter) { (row) throws(KeychainError) -> Bool in
+            let item: StoredItem
+            do throws(KeychainError) {
+                item = try open(row)
+            } catch where error.status == .decode {
+                corrupt += 1
+                return true
+            }
+            if plan.matches(item) { items.append(item) }
+            return limit.map { items.count < $0 } ?? true
+        }
+        return (items, corrupt)
+    }
+
+    /// errSecItemNotFound, or errSecDecode when the only candidates were altered rows.
+    static func nothingFound(corrupt: Int) -> KeychainError {
+        corrupt > 0
+            ? KeychainError(.decode, "the matching item cannot be decrypted: its row in the database was altered")
+            : KeychainError(.itemNotFound, "no item matches the query")
+    }
+}

@@ -1,0 +1,118 @@
+import KeychainModel
+import KeychainStorage
+
+/// Identities are never stored: an identity is a certificate joined with the private key
+/// whose application label (klbl) equals the certificate's public-key hash (pkhh). Both
+/// columns hash under one domain, so the join works on hashes without decrypting.
+struct Identity {
+    var certificate: StoredItem
+    var key: StoredItem
+}
+
+extension ItemStore {
+    /// Attributes an identity query matches against the certificate; all others (agrp, pdmn,
+    /// sync and key attributes) match against the key, as in securityd.
+    static let identityCertificateAttributes: Set<String> = [
+        "labl", "issr", "slnr", "skid", "subj", "ctyp", "cenc", "pkhh", "alis",
+    ]
+
+    private func split(_ attributes: AttributeDictionary) -> (cert: AttributeDictionary, key: AttributeDictionary) {
+        var cert: AttributeDictionary = [:]
+        var key: AttributeDictionary = [:]
+        for (code, value) in attributes {
+            if Self.identityCertificateAttributes.contains(code) { cert[code] = value } else { key[code] = value }
+        }
+        return (cert, key)
+    }
+
+    func findIdentities(_ query: ItemQuery, groups: [String], limit: Int?) throws(KeychainError) -> [Identity] {
+        let (certAttributes, keyAttributes) = split(query.attributes)
+        var certQuery = query
+        certQuery.persistentRef = query.persistentRef.map { PersistentRef(itemClass: .certificate, id: $0.id) }
+        let certPlan = plan(.certificate, attributes: certAttributes, groups: groups, query: certQuery)
+        let (certificates, certCorrupt) = try find(certPlan, limit: nil)
+        var keyQuery = query
+        keyQuery.persistentRef = nil
+        var found: [Identity] = []
+        var corrupt = certCorrupt
+        for certificate in certificates {
+            guard let keyID = certificate.row.hashes["pkhh"] else { continue }
+            var keyPlan = plan(.key, attributes: keyAttributes, groups: groups, query: keyQuery)
+            keyPlan.filter.hashes.append(("klbl", keyID))
+            keyPlan.checks.append((ClassSchema.key.spec("kcls")!, .int(1)))  // private keys only
+            let (keys, keyCorrupt) = try find(keyPlan, limit: 1)
+            corrupt += keyCorrupt
+            if let key = keys.first { found.append(Identity(certificate: certificate, key: key)) }
+            if let limit, found.count >= limit { break }
+        }
+        guard !found.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
+        return found
+    }
+
+    /// Key attributes overlaid by the certificate's; v_Data is the key, certdata the certificate.
+    func identityResult(_ identities: [Identity], query: ItemQuery) throws(KeychainError) -> QueryResult {
+        if query.returnRef {
+            throw KeychainError(.unimplemented, "r_Ref: identity references do not cross the socket; ask for r_Attributes and r_Data")
+        }
+        let wanted = [query.returnData, query.returnAttributes, query.returnPersistentRef].filter { $0 }.count
+        let single = query.limit.returnsSingle
+        guard wanted > 0 else { return single ? .none : .list([]) }
+        let results = identities.map { identity -> ItemResult in
+            let ref = PersistentRef(itemClass: .identity, id: identity.certificate.row.persistentID).bytes
+            if wanted == 1 && !query.returnAttributes {
+                return query.returnData ? .data(identity.key.data) : .persistentRef(ref)
+            }
+            var dict: AttributeDictionary = [:]
+            if query.returnAttributes {
+                dict = identity.key.attributes.merging(identity.certificate.attributes) { _, cert in cert }
+                dict["certdata"] = .data(identity.certificate.data)
+            }
+            if query.returnData { dict["v_Data"] = .data(identity.key.data) }
+            if query.returnPersistentRef { dict["v_PersistentRef"] = .data(ref) }
+            return .attributes(dict)
+        }
+        return single ? .single(results[0]) : .list(results)
+    }
+
+    /// Deletes the certificates and the private keys of every matching identity.
+    func deleteIdentities(_ query: ItemQuery, groups: [String]) throws(KeychainError) {
+        try database.transaction { () throws(KeychainError) in
+            let identities = try findIdentities(query, groups: groups, limit: nil)
+            var rowids: Set<Int64> = []
+            for identity in identities {
+                rowids.insert(identity.certificate.row.rowid)
+                rowids.insert(identity.key.row.rowid)
+            }
+            for id in rowids.sorted() { try table.delete(rowid: id) }
+        }
+    }
+
+    /// Applies certificate attributes to the certificates, key attributes and v_Data to the
+    /// keys, and agrp/pdmn/sync to both, in one transaction.
+    func updateIdentities(_ query: ItemQuery, changesDict: AttributeDictionary, groups: [String], scope: AccessScope) throws(KeychainError) {
+        let all = try ItemChanges(changesDict, for: .identity)
+        var certChanges = ItemChanges()
+        var keyChanges = ItemChanges(data: all.data)
+        for (code, value) in all.attributes {
+            if ["agrp", "pdmn", "sync"].contains(code) {
+                certChanges.attributes[code] = value
+                keyChanges.attributes[code] = value
+            } else if Self.identityCertificateAttributes.contains(code) {
+                certChanges.attributes[code] = value
+            } else {
+                keyChanges.attributes[code] = value
+            }
+        }
+        try checkChanges(all, scope: scope)
+        try database.transaction { () throws(KeychainError) in
+            let identities = try findIdentities(query, groups: groups, limit: nil)
+            if !certChanges.isEmpty { try apply(certChanges, to: identities.map(\.certificate)) }
+            if !keyChanges.isEmpty { try apply(keyChanges, to: uniqueKeys(identities)) }
+        }
+    }
+
+    private func uniqueKeys(_ identities: [Identity]) -> [StoredItem] {
+        var seen: Set<Int64> = []
+        return identities.map(\.key).filter { seen.insert($0.row.rowid).inserted }
+    }
+}

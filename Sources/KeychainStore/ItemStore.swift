@@ -1,0 +1,134 @@
+import KeychainCrypto
+import KeychainModel
+import KeychainStorage
+
+/// The keychain's core: items in SQLite, each sealed under the class key of its protection
+/// domain, found and changed with SecItem semantics (add, copyMatching, update, delete).
+///
+/// Not thread-safe by design: one owner (the daemon's store executor, or a test) calls it.
+/// Every call that writes runs in one SQLite transaction, so a crash leaves the database as it
+/// was before the call or after it.
+public final class ItemStore {
+    public let configuration: StoreConfiguration
+    let database: SQLiteDatabase
+    let table: ItemTable
+    let deviceKey: SecureKey
+    let codec: ItemCodec
+    var keybag: Keybag
+    /// CFAbsoluteTime now; injectable so that date rules are tested without sleeping.
+    var now: () -> Double
+
+    /// Opens the store in `configuration.stateDirectory`, creating the directory, the device
+    /// key, the database and a fresh keybag on first use. With no passcode set every class key
+    /// is loaded; with one set, only the Always classes are until `unlock(passcode:)`.
+    public init(configuration: StoreConfiguration, clock: @escaping () -> Double = ItemStore.absoluteTimeNow) throws(KeychainError) {
+        self.configuration = configuration
+        self.now = clock
+        try StateDirectory.prepare(configuration.stateDirectory)
+        deviceKey = try DeviceKeyFile.loadOrCreate(path: configuration.deviceKeyPath)
+        try StateDirectory.createPrivateFile(configuration.databasePath)
+        database = try SQLiteDatabase(path: configuration.databasePath)
+        try Schema.migrate(database)
+        table = ItemTable(database)
+        codec = ItemCodec(hasher: LookupHasher(deviceKey: deviceKey))
+        if let bytes = try table.keybagRecord() {
+            keybag = try Keybag(deviceKey: deviceKey, record: KeybagRecord(decoding: bytes))
+        } else {
+            let created = try Keybag.create(deviceKey: deviceKey)
+            try table.saveKeybagRecord(created.record.encoded())
+            keybag = created
+        }
+    }
+
+    // MARK: lock state and passcode
+
+    public var hasPasscode: Bool { keybag.record.hasPasscode }
+
+    /// Whether the class key of `pdmn` is loaded, i.e. items of that class can be used now.
+    public func isAvailable(_ pdmn: Protection) -> Bool { keybag.key(for: pdmn) != nil }
+
+    /// Loads the passcode-protected class keys. errSecAuthFailed for a wrong passcode.
+    public func unlock(passcode: [UInt8]) throws(KeychainError) {
+        try Self.checkPasscode(passcode)
+        try keybag.unlock(passcode: passcode, deviceKey: deviceKey)
+    }
+
+    /// Purges the WhenUnlocked class keys (ak, aku, akpu). Only meaningful with a passcode:
+    /// without one, `unlock` needs nothing and reloads them.
+    public func lock() {
+        guard hasPasscode else { return }
+        keybag.purgeWhenUnlockedKeys()
+    }
+
+    /// Reloads the class keys after a lock when there is no passcode to ask for.
+    public func unlockWithoutPasscode() throws(KeychainError) {
+        guard !hasPasscode else { throw KeychainError(.authFailed, "a passcode is set: unlock with it") }
+        keybag = try Keybag(deviceKey: deviceKey, record: keybag.record)
+    }
+
+    /// Sets a passcode where none was set. The keychain must be unlocked.
+    public func setPasscode(_ passcode: [UInt8]) throws(KeychainError) {
+        try Self.checkPasscode(passcode)
+        var next = keybag
+        try next.setPasscode(passcode, parameters: configuration.argon2, deviceKey: deviceKey)
+        try database.transaction { () throws(KeychainError) in try table.saveKeybagRecord(next.record.encoded()) }
+        keybag = next
+    }
+
+    /// Changes the passcode: the class keys are rewrapped, items are not touched.
+    public func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) {
+        try Self.checkPasscode(old)
+        try Self.checkPasscode(new)
+        var next = keybag
+        try next.changePasscode(old: old, new: new, parameters: configuration.argon2, deviceKey: deviceKey)
+        try database.transaction { () throws(KeychainError) in try table.saveKeybagRecord(next.record.encoded()) }
+        keybag = next
+    }
+
+    /// Removes the passcode and, in the same transaction, every WhenPasscodeSetThisDeviceOnly
+    /// item (that class cannot exist without a passcode). Returns how many were deleted.
+    @discardableResult
+    public func removePasscode(current: [UInt8]) throws(KeychainError) -> Int {
+        try Self.checkPasscode(current)
+        var next = keybag
+        try next.removePasscode(current: current, deviceKey: deviceKey)
+        let deleted = try database.transaction { () throws(KeychainError) -> Int in
+            try table.saveKeybagRecord(next.record.encoded())
+            return try table.deleteAll(protection: .whenPasscodeSetThisDeviceOnly)
+        }
+        keybag = next
+        return deleted
+    }
+
+    /// Longest passcode accepted; longer input is refused, never truncated.
+    public static let maxPasscodeBytes = 1024
+
+    static func checkPasscode(_ passcode: [UInt8]) throws(KeychainError) {
+        guard !passcode.isEmpty else { throw KeychainError(.param, "the passcode is empty") }
+        guard passcode.count <= maxPasscodeBytes else {
+            throw KeychainError(.param, "the passcode is longer than \(maxPasscodeBytes) bytes")
+        }
+    }
+
+    // MARK: shared helpers
+
+    /// The class key for `pdmn`, or errSecInteractionNotAllowed naming what to do.
+    func classKey(_ pdmn: Protection) throws(KeychainError) -> SecureKey {
+        if let key = keybag.key(for: pdmn) { return key }
+        if pdmn == .whenPasscodeSetThisDeviceOnly && !hasPasscode {
+            throw KeychainError(.notAvailable, "WhenPasscodeSetThisDeviceOnly items need a passcode: set one first")
+        }
+        throw KeychainError(.interactionNotAllowed, "the keychain is locked and \(pdmn.rawValue) items are unavailable until it is unlocked")
+    }
+
+    /// Opens a row. Locked class: errSecInteractionNotAllowed. Altered row: errSecDecode.
+    func open(_ row: ItemRow) throws(KeychainError) -> StoredItem {
+        guard let pdmn = row.protection else {
+            throw KeychainError(.decode, "item has an unknown protection class: the row was altered")
+        }
+        return try codec.open(row, classKey: try classKey(pdmn))
+    }
+
+    /// Number of item rows, for tests and status.
+    public func itemCount() throws(KeychainError) -> Int { try table.count() }
+}

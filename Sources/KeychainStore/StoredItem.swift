@@ -1,0 +1,83 @@
+import KeychainCrypto
+import KeychainModel
+import KeychainStorage
+
+/// An item opened from its row: every attribute (defaults included) and the secret.
+struct StoredItem {
+    var row: ItemRow
+    var attributes: AttributeDictionary
+    var data: [UInt8]
+
+    var itemClass: ItemClass { row.itemClass }
+}
+
+/// What turns attributes into rows and rows back into attributes: the keyed hashes, the
+/// associated data that binds a blob to its row, and the sealing itself.
+struct ItemCodec {
+    let hasher: LookupHasher
+
+    /// The keyed hash of a coerced attribute value, as its column holds it.
+    func hash(_ spec: AttributeSpec, _ value: AttributeValue) -> [UInt8] {
+        hasher.hash(attribute: spec.code, bytes: spec.matchBytes(value))
+    }
+
+    /// The hashed columns of an item with these (complete, coerced) attributes.
+    func hashes(of cls: ItemClass, _ attributes: AttributeDictionary) -> [String: [UInt8]] {
+        var out: [String: [UInt8]] = [:]
+        for spec in ClassSchema.of(cls)!.columnAttributes {
+            if let v = attributes[spec.code] { out[spec.code] = hash(spec, v) }
+        }
+        return out
+    }
+
+    /// The row identity that both encryption layers authenticate: format, class, pdmn, agrp,
+    /// sync, persistent id and every lookup column.
+    func identity(of row: ItemRow) -> [UInt8] {
+        var w = ByteWriter(capacity: 256)
+        w.lengthPrefixed(Array(row.itemClass.rawValue.utf8))
+        w.lengthPrefixed(Array((row.protection?.rawValue ?? "").utf8))
+        w.lengthPrefixed(Array(row.accessGroup.utf8))
+        w.u64(UInt64(bitPattern: row.sync))
+        w.lengthPrefixed(row.persistentID)
+        for spec in ClassSchema.of(row.itemClass)!.columnAttributes {
+            if let h = row.hashes[spec.code] {
+                w.u8(1)
+                w.lengthPrefixed(h)
+            } else {
+                w.u8(0)
+            }
+        }
+        return w.bytes
+    }
+
+    /// Builds the row for `attributes` (which must hold agrp, pdmn, sync, cdat, mdat) and seals it.
+    func seal(_ cls: ItemClass, attributes: AttributeDictionary, data: [UInt8], persistentID: [UInt8],
+              classKey: SecureKey, rowid: Int64 = 0) -> ItemRow {
+        guard case .string(let agrp)? = attributes["agrp"],
+              case .string(let pdmnText)? = attributes["pdmn"], let pdmn = Protection(rawValue: pdmnText),
+              case .int(let sync)? = attributes["sync"],
+              case .date(let cdat)? = attributes["cdat"], case .date(let mdat)? = attributes["mdat"] else {
+            preconditionFailure("sealing an item without its common attributes")
+        }
+        var row = ItemRow(itemClass: cls, persistentID: persistentID, accessGroup: agrp, protection: pdmn,
+                          sync: sync, created: cdat, modified: mdat, hashes: hashes(of: cls, attributes), blob: [])
+        row.rowid = rowid
+        var plain = attributes
+        plain["v_Data"] = .data(data)
+        var plaintext = AttributeCodec.encode(plain)
+        defer { Sodium.wipe(&plaintext) }
+        row.blob = ItemSealer.seal(plaintext, identity: identity(of: row), classKey: classKey)
+        return row
+    }
+
+    /// Opens a row with its class key; errSecDecode if anything about it was altered.
+    func open(_ row: ItemRow, classKey: SecureKey) throws(KeychainError) -> StoredItem {
+        var plaintext = try ItemSealer.open(row.blob, identity: identity(of: row), classKey: classKey)
+        defer { Sodium.wipe(&plaintext) }
+        var attributes = try AttributeCodec.decode(plaintext, failure: .decode)
+        guard case .data(let data)? = attributes.removeValue(forKey: "v_Data") else {
+            throw KeychainError(.decode, "item has no secret field")
+        }
+        return StoredItem(row: row, attributes: attributes, data: data)
+    }
+}
