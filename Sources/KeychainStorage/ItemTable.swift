@@ -69,7 +69,7 @@ public struct ItemTable {
         let codes = Self.columns(of: row.itemClass)
         let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
         let sql = "INSERT INTO items(\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
-        try db.statement(sql).run(Self.values(of: row, codes: codes))
+        try db.run(sql, Self.values(of: row, codes: codes))
         return try lastRowID()
     }
 
@@ -78,7 +78,7 @@ public struct ItemTable {
         let codes = Self.columns(of: row.itemClass)
         let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
         let sql = "UPDATE items SET \(names.map { "\($0) = ?" }.joined(separator: ", ")) WHERE rowid = ?"
-        try db.statement(sql).run(Self.values(of: row, codes: codes) + [.int(row.rowid)])
+        try db.run(sql, Self.values(of: row, codes: codes) + [.int(row.rowid)])
     }
 
     private static func values(of row: ItemRow, codes: [String]) -> [SQLValue] {
@@ -92,12 +92,12 @@ public struct ItemTable {
     }
 
     public func delete(rowid: Int64) throws(KeychainError) {
-        try db.statement("DELETE FROM items WHERE rowid = ?").run([.int(rowid)])
+        try db.run("DELETE FROM items WHERE rowid = ?", [.int(rowid)])
     }
 
     /// Deletes every row of a protection domain; returns how many.
     public func deleteAll(protection: Protection) throws(KeychainError) -> Int {
-        try db.statement("DELETE FROM items WHERE pdmn = ?").run([.text(protection.rawValue)])
+        try db.run("DELETE FROM items WHERE pdmn = ?", [.text(protection.rawValue)])
         return db.changes
     }
 
@@ -119,8 +119,10 @@ public struct ItemTable {
             values.append(.blob(hash))
         }
         sql += " ORDER BY rowid"
-        let s = try db.statement(sql)
-        try s.bind(values)
+        try db.query(sql, values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
+    }
+
+    private func readRows(_ s: Statement, codes: [String], _ body: (ItemRow) throws(KeychainError) -> Bool) throws(KeychainError) {
         while try s.step() {
             guard let cls = ItemClass(rawValue: s.text(1)) else { continue }
             var hashes: [String: [UInt8]] = [:]
@@ -157,25 +159,26 @@ public struct ItemTable {
     }
 
     public func count() throws(KeychainError) -> Int {
-        let s = try db.statement("SELECT count(*) FROM items")
-        _ = try s.step()
-        return Int(s.int(0))
+        try db.query("SELECT count(*) FROM items") { (s) throws(KeychainError) in
+            _ = try s.step()
+            return Int(s.int(0))
+        }
     }
 
     private func lastRowID() throws(KeychainError) -> Int64 {
-        let s = try db.statement("SELECT last_insert_rowid()")
-        _ = try s.step()
-        return s.int(0)
+        try db.query("SELECT last_insert_rowid()") { (s) throws(KeychainError) in
+            _ = try s.step()
+            return s.int(0)
+        }
     }
 
     // MARK: keybag
 
     public func keybagRecord() throws(KeychainError) -> [UInt8]? {
-        let s = try db.statement("SELECT record FROM keybag WHERE id = 1")
-        return try s.step() ? s.blob(0) : nil
+        try db.query("SELECT record FROM keybag WHERE id = 1") { (s) throws(KeychainError) in try s.step() ? s.blob(0) : nil }
     }
 
     public func saveKeybagRecord(_ bytes: [UInt8]) throws(KeychainError) {
-        try db.statement("INSERT INTO keybag(id, record) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET record = excluded.record").run([.blob(bytes)])
+        try db.run("INSERT INTO keybag(id, record) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET record = excluded.record", [.blob(bytes)])
     }
 }

@@ -55,8 +55,24 @@ public final class SQLiteDatabase {
         }
     }
 
+    /// Binds `values` to the cached statement for `sql`, hands it to `body` to step through,
+    /// and resets it afterwards. The reset matters: a statement left mid-result keeps a read
+    /// transaction open, pinning an old snapshot and blocking this connection's next write.
+    public func query<T>(_ sql: String, _ values: [SQLValue] = [],
+                         _ body: (Statement) throws(KeychainError) -> T) throws(KeychainError) -> T {
+        let s = try statement(sql)
+        defer { s.reset() }
+        try s.bind(values)
+        return try body(s)
+    }
+
+    /// Runs a statement that returns no rows.
+    public func run(_ sql: String, _ values: [SQLValue] = []) throws(KeychainError) {
+        try query(sql, values) { (s) throws(KeychainError) in while try s.step() {} }
+    }
+
     /// A cached prepared statement for `sql`, reset and with bindings cleared.
-    public func statement(_ sql: String) throws(KeychainError) -> Statement {
+    func statement(_ sql: String) throws(KeychainError) -> Statement {
         if let s = cache[sql] {
             s.reset()
             return s
@@ -86,9 +102,7 @@ public final class SQLiteDatabase {
 
     public var userVersion: Int {
         get throws(KeychainError) {
-            let s = try statement("PRAGMA user_version")
-            guard try s.step() else { return 0 }
-            return Int(s.int(0))
+            try query("PRAGMA user_version") { (s) throws(KeychainError) in try s.step() ? Int(s.int(0)) : 0 }
         }
     }
 
@@ -128,11 +142,11 @@ public final class Statement {
         sqlite3_clear_bindings(stmt)
     }
 
-    public func bind(_ values: [SQLValue]) throws(KeychainError) {
+    func bind(_ values: [SQLValue]) throws(KeychainError) {
         for (i, v) in values.enumerated() { try bind(v, at: Int32(i + 1)) }
     }
 
-    public func bind(_ value: SQLValue, at index: Int32) throws(KeychainError) {
+    func bind(_ value: SQLValue, at index: Int32) throws(KeychainError) {
         let rc: Int32
         switch value {
         case .null: rc = sqlite3_bind_null(stmt, index)
@@ -159,12 +173,6 @@ public final class Statement {
             sqlite3_reset(stmt)
             throw KeychainError(SQLiteDatabase.status(for: rc), "SQLite: \(message)")
         }
-    }
-
-    /// Runs a statement that returns no rows.
-    public func run(_ values: [SQLValue] = []) throws(KeychainError) {
-        try bind(values)
-        while try step() {}
     }
 
     public func int(_ col: Int32) -> Int64 { sqlite3_column_int64(stmt, col) }

@@ -1,0 +1,109 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCrypto
+import KeychainModel
+import KeychainStorage
+import Testing
+@testable import KeychainStore
+
+/// A store in a fresh temporary state directory, removed when the fixture goes away.
+final class TemporaryStore {
+    let directory: String
+    var store: ItemStore
+    var clock: TestClock
+
+    static let app = AccessScope(groups: ["com.example.app", "com.example.shared"])
+
+    init() throws {
+        var template = Array("/tmp/kcstore.XXXXXX".utf8CString)
+        guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp failed") }
+        directory = String(cString: p)
+        clock = TestClock()
+        store = try ItemStore(configuration: Self.configuration(directory), clock: clock.read)
+    }
+
+    static func configuration(_ directory: String) -> StoreConfiguration {
+        StoreConfiguration(stateDirectory: directory, argon2: .testingOnly)
+    }
+
+    /// Closes the store and opens it again from disk, as a restart would.
+    func reopen() throws {
+        store = try ItemStore(configuration: Self.configuration(directory), clock: clock.read)
+    }
+
+    /// A second connection for editing the database file behind the store's back.
+    func rawDatabase() throws -> SQLiteDatabase {
+        try SQLiteDatabase(path: directory + "/keychain.db")
+    }
+
+    deinit {
+        for name in ["keychain.db", "keychain.db-wal", "keychain.db-shm", "device.key"] {
+            unlink(directory + "/" + name)
+        }
+        rmdir(directory)
+    }
+
+    // Shorthands for the common calls, in the caller's default scope.
+    @discardableResult
+    func add(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> QueryResult {
+        try store.add(dict, scope: scope)
+    }
+
+    func copy(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> QueryResult {
+        try store.copyMatching(dict, scope: scope)
+    }
+
+    func secret(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> [UInt8]? {
+        var query = dict
+        query["r_Data"] = .bool(true)
+        guard case .single(.data(let d)) = try copy(query, scope: scope) else { return nil }
+        return d
+    }
+
+    func attributes(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> AttributeDictionary? {
+        var query = dict
+        query["r_Attributes"] = .bool(true)
+        guard case .single(.attributes(let a)) = try copy(query, scope: scope) else { return nil }
+        return a
+    }
+
+    func count(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> Int {
+        var query = dict
+        query["m_Limit"] = .string("m_LimitAll")
+        query["r_PersistentRef"] = .bool(true)
+        do {
+            guard case .list(let items) = try copy(query, scope: scope) else { return -1 }
+            return items.count
+        } catch let error as KeychainError where error.status == .itemNotFound {
+            return 0
+        }
+    }
+}
+
+/// A settable clock (CFAbsoluteTime), so date rules are tested without sleeping.
+final class TestClock: @unchecked Sendable {
+    var now: Double = 800_000_000  // 2026-05-09
+    var read: () -> Double { { [unowned self] in self.now } }
+}
+
+func genp(_ service: String, _ account: String, _ extra: AttributeDictionary = [:]) -> AttributeDictionary {
+    var d: AttributeDictionary = ["class": .string("genp"), "svce": .string(service), "acct": .string(account)]
+    d.merge(extra) { _, new in new }
+    return d
+}
+
+func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+/// Expects `body` to throw a KeychainError with `status`.
+func expectStatus(_ status: KeychainStatus, sourceLocation: SourceLocation = #_sourceLocation,
+                  _ body: () throws -> Void) {
+    do {
+        try body()
+        Issue.record("expected \(status), but the call succeeded", sourceLocation: sourceLocation)
+    } catch let error as KeychainError {
+        #expect(error.status == status, "\(error)", sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("unexpected error \(error)", sourceLocation: sourceLocation)
+    }
+}
