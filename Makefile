@@ -1,0 +1,25 @@
+# The two commands of README.md: `make run` and `make test`. Both install what they need.
+SWIFT ?= swift
+
+.PHONY: deps build run test bench clean
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	$(SWIFT) build
+
+# Runs keychaind in the foreground on its embedded defaults.
+run: deps
+	$(SWIFT) run keychaind
+
+# The whole suite. KEYCHAIND_INSECURE_FAST_KDF=1 lowers Argon2id to libsodium's minimum for
+# speed; never set it for a real daemon (docs/security.md).
+test: deps
+	KEYCHAIND_INSECURE_FAST_KDF=1 $(SWIFT) test
+
+bench: deps
+	$(SWIFT) run -c release keychain-bench
+
+clean:
+	rm -rf .build
