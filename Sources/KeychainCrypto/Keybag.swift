@@ -65,9 +65,21 @@ public struct KeybagRecord: Sendable, Equatable {
             guard let pdmn = Protection.allCases.first(where: { $0.keyClassNumber == number }) else {
                 throw KeychainError(.decode, "keybag names unknown key class \(number)")
             }
-            keys[pdmn] = try r.lengthPrefixed(max: 256)
+            guard keys.updateValue(try r.lengthPrefixed(max: 256), forKey: pdmn) == nil else {
+                throw KeychainError(.decode, "keybag names key class \(pdmn.rawValue) twice")
+            }
         }
         guard r.isAtEnd else { throw KeychainError(.decode, "keybag has trailing bytes") }
+        // Every class key must be there (akpu exactly when a passcode is set): a record that
+        // lost one is damaged, not a keychain where that class is merely unavailable.
+        for pdmn in Protection.allCases where keys[pdmn] == nil {
+            guard pdmn == .whenPasscodeSetThisDeviceOnly && passcode == nil else {
+                throw KeychainError(.decode, "keybag lacks the \(pdmn.rawValue) class key")
+            }
+        }
+        if passcode == nil && keys[.whenPasscodeSetThisDeviceOnly] != nil {
+            throw KeychainError(.decode, "keybag holds an akpu key without a passcode")
+        }
         wrappedKeys = keys
     }
 }

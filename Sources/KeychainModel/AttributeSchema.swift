@@ -172,6 +172,10 @@ extension AttributeSpec {
             case .date: throw wrongType()
             }
         case .data:
+            // Apple: a number becomes its 4-byte integer.
+            if case .int(let i) = value {
+                return .data(withUnsafeBytes(of: Int32(truncatingIfNeeded: i).littleEndian) { Array($0) })
+            }
             guard let bytes = value.bytesValue else { throw wrongType() }
             return .data(bytes)
         case .string:
