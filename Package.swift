@@ -9,8 +9,13 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "keychaind", targets: ["Keychaind"]),
+        .executable(name: "keychain", targets: ["keychain"]),
+        .library(name: "KeychainClient", targets: ["KeychainClient"]),
         .library(name: "KeychainStore", targets: ["KeychainStore"]),
-        .library(name: "KeychainModel", targets: ["KeychainModel"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         .systemLibrary(
@@ -29,7 +34,27 @@ let package = Package(
             name: "KeychainStore",
             dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage"]
         ),
-        .executableTarget(name: "Keychaind", dependencies: ["KeychainStore"]),
+        // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl): used by the daemon only.
+        .target(name: "CSystemShim"),
+        // Wire format and socket I/O, shared by daemon and client (no crypto, no storage).
+        .target(name: "KeychainProtocol", dependencies: ["KeychainModel"]),
+        .target(
+            name: "KeychainServer",
+            dependencies: [
+                "KeychainStore", "KeychainProtocol", "KeychainCrypto", "CSystemShim",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(name: "KeychainClient", dependencies: ["KeychainProtocol", "KeychainModel"]),
+        .target(
+            name: "KeychainCLI",
+            dependencies: ["KeychainClient", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
+        .executableTarget(
+            name: "Keychaind",
+            dependencies: ["KeychainServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
+        .executableTarget(name: "keychain", dependencies: ["KeychainCLI"]),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
         .testTarget(

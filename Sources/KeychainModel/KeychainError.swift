@@ -17,6 +17,9 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
     case decode = -26275
     case `internal` = -26276
     case missingEntitlement = -34018
+    /// errSecServiceNotAvailable: the client cannot reach keychaind (not running, wrong socket
+    /// path, or the connection broke).
+    case serviceNotAvailable = -67585
 
     /// Apple's constant name, for messages and for people searching the code they see.
     public var name: String {
@@ -37,6 +40,7 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
         case .decode: "errSecDecode"
         case .internal: "errSecInternal"
         case .missingEntitlement: "errSecMissingEntitlement"
+        case .serviceNotAvailable: "errSecServiceNotAvailable"
         }
     }
 

@@ -88,14 +88,22 @@ public final class SQLiteDatabase {
     }
 
     /// Runs `body` in one IMMEDIATE transaction: all of it is committed, or none of it.
+    /// Inside an enclosing transaction (a group commit of several calls) it becomes a
+    /// savepoint, so one call's failure undoes that call alone.
     public func transaction<T>(_ body: () throws(KeychainError) -> T) throws(KeychainError) -> T {
-        try execute("BEGIN IMMEDIATE")
+        let nested = sqlite3_get_autocommit(handle) == 0
+        try execute(nested ? "SAVEPOINT call" : "BEGIN IMMEDIATE")
         do {
             let result = try body()
-            try execute("COMMIT")
+            try execute(nested ? "RELEASE call" : "COMMIT")
             return result
         } catch {
-            try? execute("ROLLBACK")
+            if nested {
+                try? execute("ROLLBACK TO call")
+                try? execute("RELEASE call")
+            } else {
+                try? execute("ROLLBACK")
+            }
             throw error
         }
     }

@@ -129,6 +129,13 @@ public final class ItemStore {
         return try codec.open(row, classKey: try classKey(pdmn))
     }
 
+    /// Runs several calls in one transaction, committed (and fsynced) once: the daemon's group
+    /// commit. Each call inside still succeeds or fails on its own (a savepoint each); if the
+    /// final commit fails, this throws and none of them took effect.
+    public func inOneTransaction(_ body: () -> Void) throws(KeychainError) {
+        try database.transaction { () throws(KeychainError) in body() }
+    }
+
     /// Number of item rows, for tests and status.
     public func itemCount() throws(KeychainError) -> Int { try table.count() }
 }

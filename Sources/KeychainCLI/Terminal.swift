@@ -1,0 +1,130 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainModel
+
+/// Reading secrets and passcodes without ever putting them in argv: exact bytes from a pipe,
+/// or a no-echo prompt on the terminal (termios, restored even on Ctrl-C).
+enum SecretInput {
+    static var stdinIsTerminal: Bool { isatty(0) == 1 }
+
+    /// All of standard input, byte for byte (a pipe or a file), up to `limit` + 1 bytes so that
+    /// an oversized secret is reported rather than truncated.
+    static func readAllStdin(limit: Int) throws(KeychainError) -> [UInt8] {
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while out.count <= limit {
+            let n = chunk.withUnsafeMutableBytes { read(0, $0.baseAddress!, $0.count) }
+            if n == 0 { break }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw KeychainError(.io, "cannot read standard input: \(String(cString: strerror(errno)))")
+            }
+            out += chunk[0..<n]
+        }
+        explicit_bzero(&chunk, chunk.count)
+        guard out.count <= limit else {
+            throw KeychainError(.param, "the secret on standard input is over the \(limit)-byte limit")
+        }
+        return out
+    }
+
+    /// One line of standard input without its line ending (for passcodes from scripts).
+    static func readLine() throws(KeychainError) -> [UInt8] {
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        while true {
+            let n = read(0, &byte, 1)
+            if n == 0 { break }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw KeychainError(.io, "cannot read standard input")
+            }
+            if byte == 10 { break }
+            line.append(byte)
+            if line.count > 4096 { throw KeychainError(.param, "the line on standard input is too long") }
+        }
+        if line.last == 13 { line.removeLast() }
+        return line
+    }
+
+    /// A no-echo prompt on the controlling terminal.
+    static func prompt(_ text: String) throws(KeychainError) -> [UInt8] {
+        let fd = open("/dev/tty", O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { throw KeychainError(.io, "no terminal to prompt on; pipe the value on standard input") }
+        defer { close(fd) }
+        _ = text.withCString { write(fd, $0, strlen($0)) }
+        var saved = termios()
+        tcgetattr(fd, &saved)
+        var quiet = saved
+        quiet.c_lflag &= ~tcflag_t(ECHO)
+        EchoGuard.install(fd: fd, saved: saved)
+        tcsetattr(fd, TCSAFLUSH, &quiet)
+        defer {
+            tcsetattr(fd, TCSAFLUSH, &saved)
+            EchoGuard.remove()
+            _ = write(fd, "\n", 1)
+        }
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        while read(fd, &byte, 1) == 1 && byte != 10 {
+            line.append(byte)
+            if line.count > KeychainLimits.maxSecretBytes { break }
+        }
+        if line.last == 13 { line.removeLast() }
+        return line
+    }
+
+    /// The secret for add/update: from the terminal (asked twice) or from a pipe.
+    static func secret() throws(KeychainError) -> [UInt8] {
+        guard stdinIsTerminal else { return try readAllStdin(limit: KeychainLimits.maxSecretBytes) }
+        let first = try prompt("Secret: ")
+        let second = try prompt("Again: ")
+        guard first == second else { throw KeychainError(.param, "the two entries differ; nothing was stored") }
+        return first
+    }
+
+    /// A passcode: a no-echo prompt on a terminal, else one line of standard input.
+    static func passcode(_ label: String) throws(KeychainError) -> [UInt8] {
+        stdinIsTerminal ? try prompt("\(label): ") : try readLine()
+    }
+}
+
+/// Restores terminal echo if the user presses Ctrl-C at a no-echo prompt.
+enum EchoGuard {
+    nonisolated(unsafe) static var fd: Int32 = -1
+    nonisolated(unsafe) static var saved = termios()
+
+    static func install(fd: Int32, saved: termios) {
+        Self.fd = fd
+        Self.saved = saved
+        signal(SIGINT) { _ in
+            if EchoGuard.fd >= 0 { tcsetattr(EchoGuard.fd, TCSAFLUSH, &EchoGuard.saved) }
+            _exit(130)
+        }
+    }
+
+    static func remove() {
+        fd = -1
+        signal(SIGINT, SIG_DFL)
+    }
+}
+
+/// Output helpers: stdout for results, stderr for everything a human reads about errors.
+enum Output {
+    static func stdout(_ bytes: [UInt8]) {
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { write(1, $0.baseAddress! + offset, $0.count - offset) }
+            if n <= 0 { if errno == EINTR { continue }; return }
+            offset += n
+        }
+    }
+
+    static func line(_ s: String) { stdout(Array((s + "\n").utf8)) }
+
+    static func error(_ s: String) {
+        let bytes = Array((s + "\n").utf8)
+        _ = bytes.withUnsafeBytes { write(2, $0.baseAddress!, $0.count) }
+    }
+}

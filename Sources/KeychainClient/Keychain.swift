@@ -1,0 +1,128 @@
+import KeychainModel
+
+/// The typed layer for the common case: secrets of one service, named by key (the account),
+/// as bytes or strings.
+///
+///     let keychain = Keychain(service: "api.example.com")
+///     try keychain.set("token", forKey: "alice")
+///     let token = try keychain.string(forKey: "alice")   // "token", or nil if absent
+public struct Keychain: Sendable {
+    /// kSecAttrAccessible, by the names people know.
+    public enum Accessibility: String, Sendable, CaseIterable {
+        case whenUnlocked = "ak"
+        case afterFirstUnlock = "ck"
+        case always = "dk"
+        case whenUnlockedThisDeviceOnly = "aku"
+        case afterFirstUnlockThisDeviceOnly = "cku"
+        case alwaysThisDeviceOnly = "dku"
+        case whenPasscodeSetThisDeviceOnly = "akpu"
+    }
+
+    public let service: String
+    /// nil: the caller's default group.
+    public let accessGroup: String?
+    public let accessibility: Accessibility
+    public let connection: KeychainConnection
+
+    public init(service: String, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked,
+                connection: KeychainConnection = KeychainConnection()) {
+        self.service = service
+        self.accessGroup = accessGroup
+        self.accessibility = accessibility
+        self.connection = connection
+    }
+
+    /// A copy with another accessibility for the next `set`.
+    public func accessibility(_ a: Accessibility) -> Keychain {
+        Keychain(service: service, accessGroup: accessGroup, accessibility: a, connection: connection)
+    }
+
+    private func query(_ key: String? = nil) -> AttributeDictionary {
+        var q: AttributeDictionary = ["class": .string("genp"), "svce": .string(service)]
+        if let key { q["acct"] = .string(key) }
+        if let accessGroup { q["agrp"] = .string(accessGroup) }
+        return q
+    }
+
+    /// The secret for `key`, or nil when there is none.
+    public func data(forKey key: String) throws(KeychainError) -> [UInt8]? {
+        var q = query(key)
+        q["r_Data"] = .bool(true)
+        do {
+            guard case .single(.data(let d)) = try connection.copyMatching(q) else { return nil }
+            return d
+        } catch where error.status == .itemNotFound {
+            return nil
+        }
+    }
+
+    /// The secret for `key` as UTF-8 text; errSecDecode if it is not valid UTF-8.
+    public func string(forKey key: String) throws(KeychainError) -> String? {
+        guard let d = try data(forKey: key) else { return nil }
+        guard let s = String(validating: d, as: UTF8.self) else {
+            throw KeychainError(.decode, "the secret for \(key) is not UTF-8 text; read it as data")
+        }
+        return s
+    }
+
+    /// Stores `value` under `key`, replacing what was there (and its accessibility).
+    public func set(_ value: [UInt8], forKey key: String) throws(KeychainError) {
+        var item = query(key)
+        item["v_Data"] = .data(value)
+        item["pdmn"] = .string(accessibility.rawValue)
+        do {
+            try connection.add(item)
+        } catch where error.status == .duplicateItem {
+            try connection.update(query(key), ["v_Data": .data(value), "pdmn": .string(accessibility.rawValue)])
+        }
+    }
+
+    public func set(_ value: String, forKey key: String) throws(KeychainError) {
+        try set(Array(value.utf8), forKey: key)
+    }
+
+    /// Removes `key`; no error if it was not there.
+    public func remove(forKey key: String) throws(KeychainError) {
+        do {
+            try connection.delete(query(key))
+        } catch where error.status == .itemNotFound {}
+    }
+
+    /// Removes every key of this service.
+    public func removeAll() throws(KeychainError) {
+        do {
+            try connection.delete(query())
+        } catch where error.status == .itemNotFound {}
+    }
+
+    public func contains(_ key: String) throws(KeychainError) -> Bool {
+        do {
+            _ = try connection.copyMatching(query(key))
+            return true
+        } catch where error.status == .itemNotFound {
+            return false
+        }
+    }
+
+    /// Every key (account) of this service.
+    public func allKeys() throws(KeychainError) -> [String] {
+        var q = query()
+        q["r_Attributes"] = .bool(true)
+        q["m_Limit"] = .string("m_LimitAll")
+        let result: QueryResult
+        do {
+            result = try connection.copyMatching(q)
+        } catch where error.status == .itemNotFound {
+            return []
+        }
+        guard case .list(let items) = result else { return [] }
+        return items.compactMap { item in
+            guard case .attributes(let a) = item else { return nil }
+            switch a["acct"] {
+            case .string(let s)?: return s
+            case .data(let d)?: return String(validating: d, as: UTF8.self)
+            default: return nil
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainModel
+import KeychainProtocol
+import Synchronization
+
+/// A connection to keychaind speaking the SecItem calls: the layer for code that already
+/// thinks in SecItem dictionaries. Thread-safe (calls on one connection take turns; open more
+/// connections for parallelism), usable from async code, and it reconnects after a daemon
+/// restart. Errors are `KeychainError`: the daemon's OSStatus code, or
+/// errSecServiceNotAvailable when keychaind cannot be reached.
+public final class KeychainConnection: Sendable {
+    public let socketPath: String
+    /// Longest wait for an answer; keychaind answers at once even when locked, so hitting this
+    /// means the daemon is wedged, not that it is waiting for a user.
+    public let timeoutMs: Int32
+    private let socket = Mutex<UnixSocket?>(nil)
+
+    /// `socketPath` nil means KEYCHAIN_SOCKET, else the default path (docs/protocol.md).
+    public init(socketPath: String? = nil, timeoutMs: Int32 = 60_000) {
+        self.socketPath = DefaultPaths.clientSocketPath(socketPath)
+        self.timeoutMs = timeoutMs
+    }
+
+    deinit {
+        socket.withLock { $0?.close() }
+    }
+
+    // MARK: SecItem calls
+
+    /// SecItemAdd. Returns what the return keys ask for (`.none` without them).
+    @discardableResult
+    public func add(_ attributes: AttributeDictionary) throws(KeychainError) -> QueryResult {
+        try call(.add(attributes)).result
+    }
+
+    /// SecItemCopyMatching.
+    public func copyMatching(_ query: AttributeDictionary) throws(KeychainError) -> QueryResult {
+        try call(.copyMatching(query)).result
+    }
+
+    /// SecItemUpdate.
+    public func update(_ query: AttributeDictionary, _ changes: AttributeDictionary) throws(KeychainError) {
+        _ = try call(.update(query: query, changes: changes))
+    }
+
+    /// SecItemDelete.
+    public func delete(_ query: AttributeDictionary) throws(KeychainError) {
+        _ = try call(.delete(query))
+    }
+
+    // MARK: daemon calls
+
+    /// version, state (lockedSinceBoot / unlocked / locked), passcode (set or not), groups.
+    public func status() throws(KeychainError) -> AttributeDictionary {
+        guard case .single(.attributes(let info)) = try call(.status).result else {
+            throw KeychainError(.decode, "keychaind's status answer has an unexpected shape")
+        }
+        return info
+    }
+
+    public func lock() throws(KeychainError) { _ = try call(.lock) }
+    public func unlock(passcode: [UInt8]) throws(KeychainError) { _ = try call(.unlock(passcode: passcode)) }
+    public func setPasscode(_ new: [UInt8]) throws(KeychainError) { _ = try call(.setPasscode(new: new)) }
+    public func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) { _ = try call(.changePasscode(old: old, new: new)) }
+    public func removePasscode(current: [UInt8]) throws(KeychainError) { _ = try call(.removePasscode(current: current)) }
+
+    // MARK: transport
+
+    /// Sends one request and returns the daemon's successful response, or throws its error.
+    public func call(_ request: Request) throws(KeychainError) -> Response {
+        var frame = Frame.encode(WireCodec.encode(request))
+        defer { wipe(&frame) }
+        let response = try socket.withLock { (current) throws(KeychainError) -> Response in
+            try exchange(frame, current: &current, retryable: Self.isSafeToRepeat(request))
+        }
+        if let error = response.error { throw error }
+        return response
+    }
+
+    /// Whether a request may be sent again when the connection broke after it was written:
+    /// true for reads; writes are retried only when the failure came before sending.
+    static func isSafeToRepeat(_ request: Request) -> Bool {
+        switch request {
+        case .copyMatching, .status, .lock: true
+        default: false
+        }
+    }
+
+    private func exchange(_ frame: [UInt8], current: inout UnixSocket?, retryable: Bool) throws(KeychainError) -> Response {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let reused = current != nil
+            let connection: UnixSocket
+            if let c = current {
+                connection = c
+            } else {
+                connection = try connect()
+                current = connection
+            }
+            var written = false
+            do {
+                try connection.writeAll(frame)
+                written = true
+                guard let payload = try Frame.read(from: connection, idleTimeoutMs: timeoutMs, frameTimeoutMs: timeoutMs) else {
+                    throw SocketFailure.closed
+                }
+                return try WireCodec.decodeResponse(payload)
+            } catch let failure as SocketFailure {
+                connection.close()
+                current = nil
+                // A connection kept from before may have died with a daemon restart: try a
+                // fresh one once, if the request cannot have been half-done.
+                if reused && attempt == 1 && (!written || retryable) && failure == .closed { continue }
+                throw KeychainError(.serviceNotAvailable, "lost the connection to keychaind at \(socketPath): \(failure)")
+            } catch let error as KeychainError {
+                connection.close()
+                current = nil
+                throw error
+            } catch {
+                throw KeychainError(.internal, "\(error)")
+            }
+        }
+    }
+
+    private func connect() throws(KeychainError) -> UnixSocket {
+        do {
+            return try UnixSocket.connect(path: socketPath)
+        } catch {
+            throw KeychainError(.serviceNotAvailable, "cannot reach keychaind at \(socketPath) (\(error)); start it with `keychaind`, or set KEYCHAIN_SOCKET / --socket to where it listens")
+        }
+    }
+
+    private func wipe(_ bytes: inout [UInt8]) {
+        bytes.withUnsafeMutableBytes { buf in
+            guard let base = buf.baseAddress else { return }
+            // memset_s is not in glibc; explicit_bzero is, and is not optimised away.
+            explicit_bzero(base, buf.count)
+        }
+    }
+}

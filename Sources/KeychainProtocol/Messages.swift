@@ -1,0 +1,200 @@
+import KeychainModel
+
+/// One call to keychaind. docs/protocol.md is the specification; this is its Swift form.
+public enum Request: Sendable, Equatable {
+    case add(AttributeDictionary)
+    case copyMatching(AttributeDictionary)
+    case update(query: AttributeDictionary, changes: AttributeDictionary)
+    case delete(AttributeDictionary)
+    case status
+    case lock
+    case unlock(passcode: [UInt8])
+    case setPasscode(new: [UInt8])
+    case changePasscode(old: [UInt8], new: [UInt8])
+    case removePasscode(current: [UInt8])
+
+    /// Operation codes on the wire.
+    public enum Operation: UInt8, Sendable, CaseIterable {
+        case add = 1, copyMatching = 2, update = 3, delete = 4, status = 5
+        case lock = 6, unlock = 7, setPasscode = 8, changePasscode = 9, removePasscode = 10
+    }
+
+    public var operation: Operation {
+        switch self {
+        case .add: .add
+        case .copyMatching: .copyMatching
+        case .update: .update
+        case .delete: .delete
+        case .status: .status
+        case .lock: .lock
+        case .unlock: .unlock
+        case .setPasscode: .setPasscode
+        case .changePasscode: .changePasscode
+        case .removePasscode: .removePasscode
+        }
+    }
+
+    /// Calls that change the lock state or the passcode: admin callers only.
+    public var isAdministrative: Bool {
+        switch self {
+        case .lock, .unlock, .setPasscode, .changePasscode, .removePasscode: true
+        default: false
+        }
+    }
+
+    /// Calls that write items, and so may share a group commit with others.
+    public var writesItems: Bool {
+        switch self {
+        case .add, .update, .delete: true
+        default: false
+        }
+    }
+}
+
+/// The answer to one request: an OSStatus-style code, a message that never holds secret bytes
+/// (empty on success), and a result (`.none` when the call has none).
+public struct Response: Sendable, Equatable {
+    public var status: Int32
+    public var message: String
+    public var result: QueryResult
+
+    public init(status: Int32 = 0, message: String = "", result: QueryResult = .none) {
+        self.status = status
+        self.message = message
+        self.result = result
+    }
+
+    public init(error: KeychainError) {
+        self.init(status: error.status.rawValue, message: error.message)
+    }
+
+    /// The error this response carries, if any.
+    public var error: KeychainError? {
+        guard status != 0 else { return nil }
+        return KeychainError(KeychainStatus(rawValue: status) ?? .internal,
+                             message.isEmpty ? "keychaind returned status \(status)" : message)
+    }
+}
+
+/// Encoding and decoding of payloads (the bytes inside a frame). docs/protocol.md, section 3.
+public enum WireCodec {
+    public static let version: UInt8 = 1
+
+    // MARK: requests
+
+    public static func encode(_ request: Request) -> [UInt8] {
+        var w = ByteWriter(capacity: 128)
+        w.u8(version)
+        w.u8(request.operation.rawValue)
+        switch request {
+        case .add(let d), .copyMatching(let d), .delete(let d):
+            AttributeCodec.encode(d, into: &w)
+        case .update(let q, let c):
+            AttributeCodec.encode(q, into: &w)
+            AttributeCodec.encode(c, into: &w)
+        case .status, .lock:
+            break
+        case .unlock(let p), .setPasscode(let p), .removePasscode(let p):
+            w.lengthPrefixed(p)
+        case .changePasscode(let old, let new):
+            w.lengthPrefixed(old)
+            w.lengthPrefixed(new)
+        }
+        return w.bytes
+    }
+
+    /// Decodes a request payload. errSecParam for anything malformed; errSecUnimplemented for
+    /// an operation this daemon does not know (the connection stays usable).
+    public static func decodeRequest(_ payload: [UInt8]) throws(KeychainError) -> Request {
+        var r = ByteReader(payload, failure: .param)
+        let v = try r.u8()
+        guard v == version else { throw KeychainError(.param, "protocol version \(v) is not supported (this keychaind speaks \(version))") }
+        let code = try r.u8()
+        guard let op = Request.Operation(rawValue: code) else {
+            throw KeychainError(.unimplemented, "unknown operation \(code)")
+        }
+        let request: Request
+        switch op {
+        case .add: request = .add(try AttributeCodec.decode(from: &r))
+        case .copyMatching: request = .copyMatching(try AttributeCodec.decode(from: &r))
+        case .delete: request = .delete(try AttributeCodec.decode(from: &r))
+        case .update:
+            let q = try AttributeCodec.decode(from: &r)
+            request = .update(query: q, changes: try AttributeCodec.decode(from: &r))
+        case .status: request = .status
+        case .lock: request = .lock
+        case .unlock: request = .unlock(passcode: try passcode(&r))
+        case .setPasscode: request = .setPasscode(new: try passcode(&r))
+        case .removePasscode: request = .removePasscode(current: try passcode(&r))
+        case .changePasscode:
+            let old = try passcode(&r)
+            request = .changePasscode(old: old, new: try passcode(&r))
+        }
+        guard r.isAtEnd else { throw KeychainError(.param, "\(r.remaining) unexpected bytes after the request") }
+        return request
+    }
+
+    private static func passcode(_ r: inout ByteReader) throws(KeychainError) -> [UInt8] {
+        try r.lengthPrefixed(max: 4096)
+    }
+
+    // MARK: responses
+
+    public static func encode(_ response: Response) -> [UInt8] {
+        var w = ByteWriter(capacity: 64)
+        w.u8(version)
+        w.u32(UInt32(bitPattern: response.status))
+        w.lengthPrefixed(Array(response.message.utf8))
+        switch response.result {
+        case .none: w.u8(0)
+        case .single(let item): w.u8(1); encode(item, into: &w)
+        case .list(let items):
+            w.u8(2)
+            w.u32(UInt32(items.count))
+            for item in items { encode(item, into: &w) }
+        }
+        return w.bytes
+    }
+
+    private static func encode(_ item: ItemResult, into w: inout ByteWriter) {
+        switch item {
+        case .data(let d): w.u8(1); w.lengthPrefixed(d)
+        case .persistentRef(let d): w.u8(2); w.lengthPrefixed(d)
+        case .attributes(let dict): w.u8(3); AttributeCodec.encode(dict, into: &w)
+        }
+    }
+
+    public static func decodeResponse(_ payload: [UInt8]) throws(KeychainError) -> Response {
+        var r = ByteReader(payload, failure: .decode)
+        let v = try r.u8()
+        guard v == version else { throw KeychainError(.decode, "keychaind answered in protocol version \(v); this client speaks \(version)") }
+        let status = Int32(bitPattern: try r.u32())
+        guard let message = String(validating: try r.lengthPrefixed(max: 64 << 10), as: UTF8.self) else {
+            throw KeychainError(.decode, "response message is not UTF-8")
+        }
+        let result: QueryResult
+        switch try r.u8() {
+        case 0: result = .none
+        case 1: result = .single(try item(&r))
+        case 2:
+            let count = Int(try r.u32())
+            guard count <= r.remaining else { throw KeychainError(.decode, "response claims \(count) items") }
+            var items: [ItemResult] = []
+            items.reserveCapacity(count)
+            for _ in 0..<count { items.append(try item(&r)) }
+            result = .list(items)
+        case let k: throw KeychainError(.decode, "unknown result kind \(k)")
+        }
+        guard r.isAtEnd else { throw KeychainError(.decode, "trailing bytes after the response") }
+        return Response(status: status, message: message, result: result)
+    }
+
+    private static func item(_ r: inout ByteReader) throws(KeychainError) -> ItemResult {
+        switch try r.u8() {
+        case 1: return .data(try r.lengthPrefixed(max: KeychainLimits.maxSecretBytes))
+        case 2: return .persistentRef(try r.lengthPrefixed(max: 64))
+        case 3: return .attributes(try AttributeCodec.decode(from: &r))
+        case let k: throw KeychainError(.decode, "unknown item result kind \(k)")
+        }
+    }
+}

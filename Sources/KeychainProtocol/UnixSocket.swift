@@ -1,0 +1,149 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainModel
+
+/// Why a socket operation stopped: kept apart from KeychainError so the daemon can log the
+/// precise cause while telling the peer little.
+public enum SocketFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The peer closed the connection (EOF, or EPIPE/ECONNRESET).
+    case closed
+    /// Nothing (or not enough) arrived in time.
+    case timedOut
+    /// A frame header announced a length outside 1...limit.
+    case badLength(UInt32)
+    case system(String, Int32)
+
+    public var description: String {
+        switch self {
+        case .closed: "connection closed by peer"
+        case .timedOut: "timed out"
+        case .badLength(let n): "frame length \(n) outside 1...\(Frame.maxPayloadBytes)"
+        case .system(let call, let e): "\(call): \(String(cString: strerror(e)))"
+        }
+    }
+}
+
+/// A connected (or listening) AF_UNIX SOCK_STREAM socket. Owns its descriptor; `close()` is
+/// explicit because a server hands descriptors between threads.
+public struct UnixSocket: Sendable {
+    public let fd: Int32
+
+    public init(fd: Int32) { self.fd = fd }
+
+    /// Builds a sockaddr_un for `path`, or nil when the path does not fit (108 bytes).
+    static func address(_ path: String) -> (sockaddr_un, socklen_t)? {
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: addr.sun_path)
+        guard !bytes.isEmpty, bytes.count < capacity else { return nil }
+        withUnsafeMutableBytes(of: &addr.sun_path) { buf in
+            buf.copyBytes(from: bytes)
+            buf[bytes.count] = 0
+        }
+        return (addr, socklen_t(MemoryLayout<sockaddr_un>.size))
+    }
+
+    private static func newSocket() throws(SocketFailure) -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw .system("socket", errno) }
+        return fd
+    }
+
+    /// Connects to the daemon at `path`.
+    public static func connect(path: String) throws(SocketFailure) -> UnixSocket {
+        guard var (addr, len) = address(path) else { throw .system("connect", ENAMETOOLONG) }
+        let fd = try newSocket()
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, len) }
+        }
+        guard rc == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw .system("connect", e)
+        }
+        return UnixSocket(fd: fd)
+    }
+
+    /// Binds and listens at `path` with `mode` (the caller has already removed a stale file).
+    public static func listen(path: String, mode: mode_t, backlog: Int32 = 512) throws(SocketFailure) -> UnixSocket {
+        guard var (addr, len) = address(path) else { throw .system("bind", ENAMETOOLONG) }
+        let fd = try newSocket()
+        // Bind under a tight umask so the socket never exists with a looser mode, then chmod.
+        let old = umask(0o177)
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
+        }
+        umask(old)
+        guard rc == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw .system("bind", e)
+        }
+        chmod(path, mode)
+        guard Glibc.listen(fd, backlog) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw .system("listen", e)
+        }
+        return UnixSocket(fd: fd)
+    }
+
+    /// Waits for a connection; nil when the listening socket was shut down.
+    public func accept() throws(SocketFailure) -> UnixSocket? {
+        while true {
+            let c = Glibc.accept(fd, nil, nil)
+            if c >= 0 {
+                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+                return UnixSocket(fd: c)
+            }
+            switch errno {
+            case EINTR, ECONNABORTED: continue
+            case EINVAL, EBADF: return nil  // shut down
+            case EMFILE, ENFILE, ENOBUFS, ENOMEM: throw .system("accept", errno)
+            default: throw .system("accept", errno)
+            }
+        }
+    }
+
+    public func close() { Glibc.close(fd) }
+
+    /// Wakes any thread blocked on this socket (used at shutdown).
+    public func shutdownBoth() { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+
+    public func writeAll(_ bytes: [UInt8]) throws(SocketFailure) {
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            if n > 0 { offset += n; continue }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EPIPE || errno == ECONNRESET) { throw .closed }
+            throw .system("send", errno)
+        }
+    }
+
+    /// Reads exactly `count` bytes into `buffer` starting at `offset`. `timeoutMs` bounds each
+    /// wait for data (-1: no bound). EOF before the first byte with `eofIsClean` gives
+    /// `.closed` too, but the caller can tell the two apart by `offset`.
+    public func readExactly(into buffer: inout [UInt8], from offset: Int = 0, count: Int, timeoutMs: Int32) throws(SocketFailure) {
+        var got = 0
+        while got < count {
+            if timeoutMs >= 0 {
+                var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                let p = poll(&pfd, 1, timeoutMs)
+                if p == 0 { throw .timedOut }
+                if p < 0 {
+                    if errno == EINTR { continue }
+                    throw .system("poll", errno)
+                }
+            }
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + offset + got, count - got, 0) }
+            if n > 0 { got += n; continue }
+            if n == 0 { throw .closed }
+            if errno == EINTR { continue }
+            if errno == ECONNRESET { throw .closed }
+            throw .system("recv", errno)
+        }
+    }
+}

@@ -1,0 +1,67 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CSystemShim
+import Foundation
+import KeychainModel
+
+/// Process-wide protections and signal handling for the daemon.
+public enum DaemonProcess {
+    /// Swift's crash backtracer prints registers and nearby memory, where keys may be: it must
+    /// be off before the runtime could ever use it, which means before this process started.
+    /// If it is not, re-exec ourselves with it off. Returns only if it already is, or exec failed.
+    public static func ensureBacktracesDisabled() {
+        if let v = getenv("SWIFT_BACKTRACE"), String(cString: v) == "enable=no" { return }
+        setenv("SWIFT_BACKTRACE", "enable=no", 1)
+        execv("/proc/self/exe", CommandLine.unsafeArgv)
+        // exec failed: carry on; the hardening below still stops core dumps.
+    }
+
+    /// No core files, not dumpable or ptrace-able by same-uid processes, private file modes,
+    /// and no death by SIGPIPE when a client hangs up mid-reply.
+    public static func harden() throws {
+        guard csystem_harden_process() == 0 else {
+            throw KeychainError(.internal, "cannot harden the process: \(String(cString: strerror(errno)))")
+        }
+        umask(0o077)
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    /// Blocks SIGTERM, SIGINT and SIGHUP in every thread (call before starting any), and calls
+    /// `onStop` from a dedicated thread when SIGTERM or SIGINT arrives, `onReload` on SIGHUP.
+    public static func watchSignals(onStop: @escaping @Sendable (Int32) -> Void,
+                                    onReload: @escaping @Sendable () -> Void = {}) {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for s in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&set, s) }
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+        let watched = set
+        let thread = Thread {
+            var set = watched
+            while true {
+                var sig: Int32 = 0
+                guard sigwait(&set, &sig) == 0 else { continue }
+                if sig == SIGHUP { onReload() } else { onStop(sig) }
+            }
+        }
+        thread.name = "keychaind-signals"
+        thread.start()
+    }
+
+    /// Creates the directory that holds a default socket path, 0700, and checks that a
+    /// directory under /tmp is ours and private (another user could have made it first).
+    public static func prepareSocketDirectory(for socketPath: String) throws {
+        guard let slash = socketPath.lastIndex(of: "/") else { return }
+        let dir = String(socketPath[..<slash])
+        guard !dir.isEmpty else { return }
+        if mkdir(dir, 0o700) != 0 && errno != EEXIST {
+            throw KeychainError(.io, "cannot create \(dir): \(String(cString: strerror(errno)))")
+        }
+        if dir.hasPrefix("/tmp/") {
+            var st = stat()
+            guard lstat(dir, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, st.st_uid == getuid(), st.st_mode & 0o077 == 0 else {
+                throw KeychainError(.io, "\(dir) is not a private directory owned by uid \(getuid()); remove it or choose another --socket")
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+import KeychainProtocol
+import KeychainStore
+import Logging
+
+/// Settings of a running daemon (flags and config file fill it in; docs in Config/keychaind.toml).
+public struct ServerConfiguration: Sendable {
+    public var socketPath: String
+    public var store: StoreConfiguration
+    /// How long a connection may sit idle between requests before it is closed.
+    public var idleTimeoutMs: Int32 = 300_000
+    /// How long a started frame may take to arrive in full.
+    public var frameTimeoutMs: Int32 = 10_000
+    /// Connections served at once; more are accepted and closed with a log line.
+    public var maxConnections = 256
+    /// Mode of the socket file.
+    public var socketMode: mode_t = 0o600
+    public var policy = AccessPolicy()
+
+    public init(socketPath: String, store: StoreConfiguration) {
+        self.socketPath = socketPath
+        self.store = store
+    }
+}
+
+/// The socket server: one accept thread, one thread per connection (so a slow or stuck client
+/// holds only its own thread), and the StoreExecutor that owns the store.
+public final class KeychainServer: @unchecked Sendable {
+    private let configuration: ServerConfiguration
+    private let logger: Logger
+    private let executor: StoreExecutor
+    private let listener: UnixSocket
+
+    // Guarded by `lock`.
+    private let lock = NSLock()
+    private var connections: [Int32: UnixSocket] = [:]
+    private var shuttingDown = false
+    private let drained = DispatchGroup()
+
+    /// Opens the store and binds the socket (replacing a stale one; refusing if a live daemon
+    /// answers there). Throws with a message fit for the operator.
+    public init(configuration: ServerConfiguration, logger: Logger) throws {
+        self.configuration = configuration
+        self.logger = logger
+        let store = try ItemStore(configuration: configuration.store)
+        try Self.claimSocketPath(configuration.socketPath)
+        do {
+            listener = try UnixSocket.listen(path: configuration.socketPath, mode: configuration.socketMode)
+        } catch {
+            throw KeychainError(.io, "cannot listen on \(configuration.socketPath): \(error)")
+        }
+        executor = StoreExecutor(store: store, policy: configuration.policy)
+        logger.info("keychaind ready", metadata: [
+            "socket": "\(configuration.socketPath)", "state": "\(configuration.store.stateDirectory)",
+            "lock": "\(store.hasPasscode ? "lockedSinceBoot" : "unlocked")",
+        ])
+    }
+
+    /// Makes `path` free for our socket: a live daemon there is an error; a stale socket file
+    /// (from a crash) is removed; anything that is not a socket is left alone and refused.
+    static func claimSocketPath(_ path: String) throws {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return }
+        guard (st.st_mode & S_IFMT) == S_IFSOCK else {
+            throw KeychainError(.io, "\(path) exists and is not a socket; remove it or choose another --socket")
+        }
+        if let probe = try? UnixSocket.connect(path: path) {
+            probe.close()
+            throw KeychainError(.io, "another keychaind is already serving \(path); stop it first or choose another --socket")
+        }
+        unlink(path)
+    }
+
+    /// Accepts connections until `shutdown()`; returns once every in-flight call has finished
+    /// and the store is closed.
+    public func run() {
+        while true {
+            let accepted: UnixSocket?
+            do {
+                accepted = try listener.accept()
+            } catch {
+                logger.error("accept failed: \(error)")
+                Thread.sleep(forTimeInterval: 0.05)  // e.g. out of descriptors: do not spin
+                continue
+            }
+            guard let socket = accepted else { break }
+            lock.lock()
+            if shuttingDown {
+                lock.unlock()
+                socket.close()
+                break
+            }
+            if connections.count >= configuration.maxConnections {
+                lock.unlock()
+                logger.warning("refusing a connection: \(configuration.maxConnections) already open")
+                socket.close()
+                continue
+            }
+            connections[socket.fd] = socket
+            drained.enter()
+            lock.unlock()
+            let thread = Thread { [self] in self.serve(socket) }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+        drained.wait()
+        executor.stop()
+        unlink(configuration.socketPath)
+        logger.info("keychaind stopped")
+    }
+
+    /// Stops accepting, lets in-flight calls finish and closes idle connections. Safe to call
+    /// from a signal-handling thread.
+    public func shutdown() {
+        lock.lock()
+        guard !shuttingDown else {
+            lock.unlock()
+            return
+        }
+        shuttingDown = true
+        // Reads are woken; a connection mid-call still gets its response written before its
+        // thread sees the shutdown.
+        for socket in connections.values { Glibc.shutdown(socket.fd, Int32(SHUT_RD)) }
+        lock.unlock()
+        listener.shutdownBoth()
+    }
+
+    private func serve(_ socket: UnixSocket) {
+        defer {
+            lock.lock()
+            connections[socket.fd] = nil
+            lock.unlock()
+            socket.close()
+            drained.leave()
+        }
+        guard let caller = Caller.of(socket) else {
+            logger.warning("closing a connection whose peer credentials cannot be read")
+            return
+        }
+        while true {
+            var payload: [UInt8]
+            do {
+                guard let frame = try Frame.read(from: socket, idleTimeoutMs: configuration.idleTimeoutMs,
+                                                 frameTimeoutMs: configuration.frameTimeoutMs) else { return }
+                payload = frame
+            } catch {
+                switch error {
+                case .closed: logger.info("client \(caller) disconnected mid-frame")
+                case .timedOut: logger.info("closing connection of \(caller): \(error)")
+                default: logger.warning("closing connection of \(caller): \(error)")
+                }
+                return
+            }
+            let response: Response
+            do {
+                let request = try WireCodec.decodeRequest(payload)
+                response = executor.submit(request, from: caller)
+                if response.status != 0 {
+                    logger.debug("\(request.operation) from \(caller): \(response.status)")
+                }
+            } catch {
+                logger.warning("bad request from \(caller): \(error)")
+                response = Response(error: error)
+            }
+            Sodium.wipe(&payload)  // it may have held a secret or a passcode
+            do {
+                try socket.writeAll(Frame.encode(WireCodec.encode(response)))
+            } catch {
+                logger.info("cannot answer \(caller): \(error)")
+                return
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+import ArgumentParser
+import Foundation
+import KeychainModel
+import KeychainServer
+import KeychainStore
+import Logging
+
+@main
+struct Keychaind: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "keychaind",
+        abstract: "The keychain daemon: serves SecItem calls over a Unix socket.",
+        discussion: """
+        Runs in the foreground and logs to stderr. Without flags: as root, state in /var/lib/keychaind \
+        and socket /run/keychaind/keychaind.sock; otherwise $XDG_DATA_HOME/keychaind and \
+        $XDG_RUNTIME_DIR/keychaind.sock (or /tmp/keychaind-UID/). SIGTERM or SIGINT stops it cleanly.
+        """,
+        version: "0.1.0")
+
+    @Option(name: .customLong("state-dir"), help: "Directory for device.key and keychain.db (created 0700).")
+    var stateDirectory: String?
+
+    @Option(help: "Path of the Unix socket to serve.")
+    var socket: String?
+
+    @Option(help: "Config file (see Config/keychaind.toml).")
+    var config: String?
+
+    func run() throws {
+        DaemonProcess.ensureBacktracesDisabled()
+        var daemonConfig = DaemonConfig()
+        if let path = config {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ValidationError("cannot read config file \(path)")
+            }
+            do {
+                daemonConfig = try DaemonConfig.parse(text)
+            } catch {
+                throw ValidationError("\(path): \(error)")
+            }
+        }
+        var server = daemonConfig.serverConfiguration(stateDirectory: stateDirectory, socket: socket)
+        if ProcessInfo.processInfo.environment["KEYCHAIND_INSECURE_FAST_KDF"] == "1" {
+            server.store.argon2 = StoreConfiguration.argon2FromEnvironment()
+        }
+        let level = Logger.Level(rawValue: daemonConfig.logLevel) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "keychaind")
+        try DaemonProcess.harden()
+        let running = RunningServer()
+        DaemonProcess.watchSignals(onStop: { signal in
+            logger.info("signal \(signal): stopping")
+            running.stop()
+        })
+        do {
+            if socket == nil && daemonConfig.socketPath == nil {
+                try DaemonProcess.prepareSocketDirectory(for: server.socketPath)
+            }
+            let daemon = try KeychainServer(configuration: server, logger: logger)
+            running.set(daemon)
+            daemon.run()
+        } catch {
+            logger.critical("cannot start: \(error)")
+            throw ExitCode.failure
+        }
+    }
+}
+
+/// Lets the signal thread reach the server, which exists only after the signals are blocked.
+final class RunningServer: @unchecked Sendable {
+    private let lock = NSLock()
+    private var server: KeychainServer?
+    private var stopRequested = false
+
+    func set(_ s: KeychainServer) {
+        lock.lock()
+        server = s
+        let stop = stopRequested
+        lock.unlock()
+        if stop { s.shutdown() }
+    }
+
+    func stop() {
+        lock.lock()
+        stopRequested = true
+        let s = server
+        lock.unlock()
+        if let s { s.shutdown() } else { exit(0) }
+    }
+}

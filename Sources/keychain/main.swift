@@ -1,0 +1,3 @@
+import KeychainCLI
+
+KeychainCommand.mainAcceptingLeadingSocket()
