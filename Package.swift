@@ -57,6 +57,11 @@ let package = Package(
         .executableTarget(name: "keychain", dependencies: ["KeychainCLI"]),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
+        // Spawns the real keychaind and keychain binaries; depends on them so they are built.
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["KeychainClient", "KeychainProtocol", "Keychaind", "keychain"]
+        ),
         .testTarget(
             name: "KeychainStoreTests",
             dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto"]

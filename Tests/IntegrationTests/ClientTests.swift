@@ -1,0 +1,124 @@
+import Foundation
+import KeychainClient
+import KeychainModel
+import Testing
+
+@Suite("KeychainClient against the real daemon", .serialized)
+struct ClientTests {
+    @Test func secItemCallsRoundTripThroughTheDaemon() throws {
+        let d = try RunningDaemon()
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let item: AttributeDictionary = ["class": .string("genp"), "svce": .string("svc"), "acct": .string("me")]
+        try c.add(item.merging(["v_Data": .data(bytes("one"))]) { $1 })
+        #expect(try c.copyMatching(item.merging(["r_Data": .bool(true)]) { $1 }) == .single(.data(bytes("one"))))
+        try c.update(item, ["v_Data": .data(bytes("two"))])
+        #expect(try c.copyMatching(item.merging(["r_Data": .bool(true)]) { $1 }) == .single(.data(bytes("two"))))
+        try c.delete(item)
+        expectStatus(.itemNotFound) { _ = try c.copyMatching(item) }
+    }
+
+    @Test func errorsCarryTheDaemonsStatusAndMessage() throws {
+        let d = try RunningDaemon()
+        let c = KeychainConnection(socketPath: d.socketPath)
+        do {
+            try c.add(["class": .string("genp"), "srvr": .string("x")])
+            Issue.record("expected an error")
+        } catch {
+            #expect(error.status == .noSuchAttribute)
+            #expect(error.message.contains("srvr"))
+        }
+    }
+
+    @Test func typedKeychainGetsSetsAndRemoves() throws {
+        let d = try RunningDaemon()
+        let keychain = Keychain(service: "api.example.com", connection: KeychainConnection(socketPath: d.socketPath))
+        #expect(try keychain.string(forKey: "alice") == nil)
+        try keychain.set("token-1", forKey: "alice")
+        try keychain.set("token-2", forKey: "alice")  // replaces
+        try keychain.set([0, 1, 2], forKey: "bob")
+        #expect(try keychain.string(forKey: "alice") == "token-2")
+        #expect(try keychain.data(forKey: "bob") == [0, 1, 2])
+        #expect(try keychain.allKeys().sorted() == ["alice", "bob"])
+        #expect(try keychain.contains("bob"))
+        try keychain.remove(forKey: "bob")
+        try keychain.remove(forKey: "bob")  // absent: no error
+        #expect(try keychain.allKeys() == ["alice"])
+        try keychain.removeAll()
+        #expect(try keychain.allKeys() == [])
+    }
+
+    @Test func typedKeychainSetChangesAccessibility() throws {
+        let d = try RunningDaemon()
+        let connection = KeychainConnection(socketPath: d.socketPath)
+        let keychain = Keychain(service: "s", connection: connection)
+        try keychain.set("v", forKey: "k")
+        try keychain.accessibility(.afterFirstUnlock).set("v", forKey: "k")
+        guard case .single(.attributes(let a)) = try connection.copyMatching(
+            ["class": .string("genp"), "svce": .string("s"), "r_Attributes": .bool(true)]) else {
+            Issue.record("no attributes")
+            return
+        }
+        #expect(a["pdmn"] == .string("ck"))
+    }
+
+    @Test func oneConnectionIsSafeToShareAcrossThreads() async throws {
+        let d = try RunningDaemon()
+        let keychain = Keychain(service: "shared", connection: KeychainConnection(socketPath: d.socketPath))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<16 {
+                group.addTask {
+                    try keychain.set("value-\(i)", forKey: "key-\(i)")
+                    #expect(try keychain.string(forKey: "key-\(i)") == "value-\(i)")
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try keychain.allKeys().count == 16)
+    }
+
+    @Test func theSameConnectionReconnectsAfterADaemonRestart() throws {
+        let d = try RunningDaemon()
+        let keychain = Keychain(service: "s", connection: KeychainConnection(socketPath: d.socketPath))
+        try keychain.set("kept", forKey: "k")
+        try d.restart()
+        #expect(try keychain.string(forKey: "k") == "kept")
+        try keychain.set("after", forKey: "k2")  // a write on the renewed connection
+        #expect(try keychain.string(forKey: "k2") == "after")
+    }
+
+    @Test func unreachableDaemonIsServiceNotAvailableWithAHint() throws {
+        let c = KeychainConnection(socketPath: "/tmp/no-such-keychaind.sock")
+        do {
+            _ = try c.status()
+            Issue.record("expected an error")
+        } catch {
+            #expect(error.status == .serviceNotAvailable)
+            #expect(error.message.contains("keychaind"))
+        }
+    }
+
+    @Test func socketPathComesFromTheEnvironmentWhenNotGiven() throws {
+        setenv("KEYCHAIN_SOCKET", "/tmp/from-env.sock", 1)
+        defer { unsetenv("KEYCHAIN_SOCKET") }
+        #expect(KeychainConnection().socketPath == "/tmp/from-env.sock")
+        #expect(KeychainConnection(socketPath: "/tmp/explicit.sock").socketPath == "/tmp/explicit.sock")
+    }
+
+    @Test func statusReportsVersionLockStateAndPasscode() throws {
+        let d = try RunningDaemon()
+        let c = KeychainConnection(socketPath: d.socketPath)
+        var info = try c.status()
+        #expect(info["state"] == .string("unlocked"))
+        #expect(info["passcode"] == .bool(false))
+        #expect(info["version"] != nil)
+        try c.setPasscode(bytes("pin"))
+        try d.restart()
+        info = try c.status()
+        #expect(info["state"] == .string("lockedSinceBoot"))
+        #expect(info["passcode"] == .bool(true))
+        try c.unlock(passcode: bytes("pin"))
+        #expect(try c.status()["state"] == .string("unlocked"))
+        try c.lock()
+        #expect(try c.status()["state"] == .string("locked"))
+    }
+}
