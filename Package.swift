@@ -62,6 +62,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: ["KeychainClient", "KeychainProtocol", "Keychaind", "keychain"]
         ),
+        .testTarget(name: "KeychainServerTests", dependencies: ["KeychainServer"]),
         .testTarget(
             name: "KeychainStoreTests",
             dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto"]
