@@ -10,6 +10,7 @@ let package = Package(
     products: [
         .executable(name: "keychaind", targets: ["Keychaind"]),
         .executable(name: "keychain", targets: ["keychain"]),
+        .executable(name: "keychain-bench", targets: ["keychain-bench"]),
         .library(name: "KeychainClient", targets: ["KeychainClient"]),
         .library(name: "KeychainStore", targets: ["KeychainStore"]),
     ],
@@ -55,6 +56,7 @@ let package = Package(
             dependencies: ["KeychainServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(name: "keychain", dependencies: ["KeychainCLI"]),
+        .executableTarget(name: "keychain-bench", dependencies: ["KeychainClient"]),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
         // Spawns the real keychaind and keychain binaries; depends on them so they are built.

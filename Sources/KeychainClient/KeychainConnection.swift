@@ -15,7 +15,13 @@ public final class KeychainConnection: Sendable {
     /// Longest wait for an answer; keychaind answers at once even when locked, so hitting this
     /// means the daemon is wedged, not that it is waiting for a user.
     public let timeoutMs: Int32
-    private let socket = Mutex<UnixSocket?>(nil)
+    private let socket = Mutex<Link?>(nil)
+
+    /// An open connection and the reader that buffers its input.
+    private struct Link: @unchecked Sendable {
+        let socket: UnixSocket
+        let reader: FrameReader
+    }
 
     /// `socketPath` nil means KEYCHAIN_SOCKET, else the default path (docs/protocol.md).
     public init(socketPath: String? = nil, timeoutMs: Int32 = 60_000) {
@@ -24,7 +30,7 @@ public final class KeychainConnection: Sendable {
     }
 
     deinit {
-        socket.withLock { $0?.close() }
+        socket.withLock { $0?.socket.close() }
     }
 
     // MARK: SecItem calls
@@ -88,23 +94,25 @@ public final class KeychainConnection: Sendable {
         }
     }
 
-    private func exchange(_ frame: [UInt8], current: inout UnixSocket?, retryable: Bool) throws(KeychainError) -> Response {
+    private func exchange(_ frame: [UInt8], current: inout Link?, retryable: Bool) throws(KeychainError) -> Response {
         var attempt = 0
         while true {
             attempt += 1
             let reused = current != nil
-            let connection: UnixSocket
+            let link: Link
             if let c = current {
-                connection = c
+                link = c
             } else {
-                connection = try connect()
-                current = connection
+                let s = try connect()
+                link = Link(socket: s, reader: FrameReader(s, capacity: 16 << 10))
+                current = link
             }
+            let connection = link.socket
             var written = false
             do {
                 try connection.writeAll(frame)
                 written = true
-                guard let payload = try Frame.read(from: connection, idleTimeoutMs: timeoutMs, frameTimeoutMs: timeoutMs) else {
+                guard let payload = try link.reader.next(idleTimeoutMs: timeoutMs, frameTimeoutMs: timeoutMs) else {
                     throw SocketFailure.closed
                 }
                 return try WireCodec.decodeResponse(payload)

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import KeychainModel
 
 /// Length-prefixed frames: a u32 little-endian payload length, then the payload.
@@ -6,18 +9,9 @@ public enum Frame {
     /// Largest payload either side accepts: a 1 MiB secret plus generous room for attributes.
     public static let maxPayloadBytes = (1 << 20) + (256 << 10)
 
-    public static func encode(_ payload: [UInt8]) -> [UInt8] {
-        var out = [UInt8]()
-        out.reserveCapacity(4 + payload.count)
-        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { out.append(contentsOf: $0) }
-        out.append(contentsOf: payload)
-        return out
-    }
-
-    /// Reads one frame's payload. Waits up to `idleTimeoutMs` for the first byte (a client may
-    /// keep an idle connection), then at most `frameTimeoutMs` for each further wait, so a
-    /// client that stops mid-frame is dropped. The length is checked before anything is
-    /// allocated. Returns nil on a clean EOF between frames.
+    /// Reads one frame without buffering (never reads past it): for one-shot callers and tests.
+    /// Connections that exchange many frames use FrameReader, which needs fewer system calls.
+    /// Returns nil on a clean EOF before the frame.
     public static func read(from socket: UnixSocket, idleTimeoutMs: Int32, frameTimeoutMs: Int32) throws(SocketFailure) -> [UInt8]? {
         var header = [UInt8](repeating: 0, count: 4)
         do {
@@ -31,5 +25,117 @@ public enum Frame {
         var payload = [UInt8](repeating: 0, count: Int(length))
         try socket.readExactly(into: &payload, count: Int(length), timeoutMs: frameTimeoutMs)
         return payload
+    }
+
+    public static func encode(_ payload: [UInt8]) -> [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(4 + payload.count)
+        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { out.append(contentsOf: $0) }
+        out.append(contentsOf: payload)
+        return out
+    }
+}
+
+/// Reads frames from one connection through a buffer, so that a small request or response
+/// usually costs one recv: the socket is read without waiting first, and polled (with the
+/// caller's time-outs) only when nothing is there yet.
+public final class FrameReader {
+    private let socket: UnixSocket
+    private var buffer: [UInt8]
+    private var start = 0
+    private var end = 0
+
+    public init(_ socket: UnixSocket, capacity: Int = 64 << 10) {
+        self.socket = socket
+        buffer = [UInt8](repeating: 0, count: capacity)
+    }
+
+    deinit { wipe(0, buffer.count) }
+
+    private var buffered: Int { end - start }
+
+    /// The next frame's payload, or nil on a clean EOF between frames. Waits up to
+    /// `idleTimeoutMs` for a frame to begin (a client may keep an idle connection), then at
+    /// most `frameTimeoutMs` per wait for the rest, so a peer that stops mid-frame is dropped.
+    /// The length is checked before anything is allocated.
+    public func next(idleTimeoutMs: Int32, frameTimeoutMs: Int32) throws(SocketFailure) -> [UInt8]? {
+        if buffered == 0 {
+            do {
+                try fill(atLeast: 1, timeoutMs: idleTimeoutMs)
+            } catch .closed {
+                return nil
+            }
+        }
+        try fill(atLeast: 4, timeoutMs: frameTimeoutMs)
+        let length = UInt32(buffer[start]) | UInt32(buffer[start + 1]) << 8
+            | UInt32(buffer[start + 2]) << 16 | UInt32(buffer[start + 3]) << 24
+        guard length >= 1, length <= UInt32(Frame.maxPayloadBytes) else { throw .badLength(length) }
+        let total = 4 + Int(length)
+        if total <= buffer.count {
+            try fill(atLeast: total, timeoutMs: frameTimeoutMs)
+            let payload = Array(buffer[(start + 4)..<(start + total)])
+            consume(total)
+            return payload
+        }
+        // Larger than the buffer (a big secret): take what is buffered, read the rest directly.
+        var payload = [UInt8](repeating: 0, count: Int(length))
+        let have = buffered - 4
+        payload.withUnsafeMutableBytes { dst in
+            buffer.withUnsafeBytes { src in
+                dst.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[(start + 4)..<end]))
+            }
+        }
+        consume(buffered)
+        try socket.readExactly(into: &payload, from: have, count: Int(length) - have, timeoutMs: frameTimeoutMs)
+        return payload
+    }
+
+    /// Reads until `count` bytes are buffered.
+    private func fill(atLeast count: Int, timeoutMs: Int32) throws(SocketFailure) {
+        if buffered >= count { return }
+        if buffer.count - start < count {  // compact: move the partial frame to the front
+            let n = buffered
+            buffer.withUnsafeMutableBytes { b in
+                b.baseAddress!.copyMemory(from: b.baseAddress! + start, byteCount: n)
+            }
+            wipe(n, start + n)
+            start = 0
+            end = n
+        }
+        while buffered < count {
+            let n = buffer.withUnsafeMutableBytes { b in
+                recv(socket.fd, b.baseAddress! + end, b.count - end, Int32(MSG_DONTWAIT))
+            }
+            if n > 0 {
+                end += n
+                continue
+            }
+            if n == 0 { throw .closed }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN:
+                var pfd = pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0)
+                let p = poll(&pfd, 1, timeoutMs)
+                if p == 0 { throw .timedOut }
+                if p < 0 && errno != EINTR { throw .system("poll", errno) }
+            case ECONNRESET: throw .closed
+            default: throw .system("recv", errno)
+            }
+        }
+    }
+
+    /// Drops `count` bytes from the front, zeroing them: they may have held a secret.
+    private func consume(_ count: Int) {
+        wipe(start, start + count)
+        start += count
+        if start == end {
+            start = 0
+            end = 0
+        }
+    }
+
+    private func wipe(_ from: Int, _ to: Int) {
+        guard to > from else { return }
+        buffer.withUnsafeMutableBytes { b in explicit_bzero(b.baseAddress! + from, to - from) }
     }
 }

@@ -139,11 +139,12 @@ public final class KeychainServer: @unchecked Sendable {
             logger.warning("closing a connection whose peer credentials cannot be read")
             return
         }
+        let reader = FrameReader(socket)
         while true {
             var payload: [UInt8]
             do {
-                guard let frame = try Frame.read(from: socket, idleTimeoutMs: configuration.idleTimeoutMs,
-                                                 frameTimeoutMs: configuration.frameTimeoutMs) else { return }
+                guard let frame = try reader.next(idleTimeoutMs: configuration.idleTimeoutMs,
+                                                  frameTimeoutMs: configuration.frameTimeoutMs) else { return }
                 payload = frame
             } catch {
                 switch error {

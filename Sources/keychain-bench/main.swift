@@ -1,0 +1,196 @@
+// keychain-bench: throughput and latency of keychaind through KeychainClient, plus the costs
+// that bound them (Argon2id, CLI start-up). Run with `make bench` (release build).
+// One line per figure; medians and ratios are what to compare on a shared machine.
+import Foundation
+import KeychainClient
+import KeychainModel
+
+struct Options {
+    var socket: String?
+    var sizes = [1_000, 100_000]
+    var clients = [1, 8]
+    var skipCLI = false
+    var getsPerClient = 20_000
+
+    init(_ args: [String]) {
+        var i = 0
+        while i < args.count {
+            switch args[i] {
+            case "--socket": socket = args[i + 1]; i += 1
+            case "--sizes": sizes = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
+            case "--clients": clients = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
+            case "--gets": getsPerClient = Int(args[i + 1]) ?? getsPerClient; i += 1
+            case "--skip-cli": skipCLI = true
+            default:
+                print("usage: keychain-bench [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--skip-cli]")
+                exit(64)
+            }
+            i += 1
+        }
+    }
+}
+
+func now() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+func percentile(_ sorted: [UInt64], _ p: Double) -> Double {
+    guard !sorted.isEmpty else { return 0 }
+    return Double(sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]) / 1000
+}
+
+/// Runs `perClient(client, index)` `count` times split over `clients` threads, each with its
+/// own connection; returns ops/s and the sorted latencies.
+func measure(clients: Int, count: Int, socket: String,
+             _ body: @escaping @Sendable (KeychainConnection, Int) throws -> Void) -> (Double, [UInt64]) {
+    final class Collected: @unchecked Sendable {
+        let lock = NSLock()
+        var latencies: [UInt64] = []
+    }
+    let collected = Collected()
+    let group = DispatchGroup()
+    let start = now()
+    for c in 0..<clients {
+        group.enter()
+        let thread = Thread {
+            let connection = KeychainConnection(socketPath: socket)
+            var mine: [UInt64] = []
+            mine.reserveCapacity(count / clients + 1)
+            var i = c
+            while i < count {
+                let t0 = now()
+                do { try body(connection, i) } catch { fatalError("operation \(i) failed: \(error)") }
+                mine.append(now() - t0)
+                i += clients
+            }
+            collected.lock.lock()
+            collected.latencies += mine
+            collected.lock.unlock()
+            group.leave()
+        }
+        thread.start()
+    }
+    group.wait()
+    let seconds = Double(now() - start) / 1e9
+    return (Double(count) / seconds, collected.latencies.sorted())
+}
+
+func report(_ op: String, n: Int, c: Int, _ result: (Double, [UInt64])) {
+    let (rate, lat) = result
+    let name = op.padding(toLength: 6, withPad: " ", startingAt: 0)
+    print(name + String(format: " n=%-6d c=%d  ops/s=%8.0f  p50=%7.1fus  p99=%7.1fus",
+                        n, c, rate, percentile(lat, 0.5), percentile(lat, 0.99)))
+    fflush(nil)
+}
+
+func item(_ i: Int) -> AttributeDictionary {
+    ["class": .string("genp"), "svce": .string("bench"), "acct": .string("account-\(i)")]
+}
+
+/// Starts a private keychaind from beside this binary, on a temporary directory.
+func startDaemon() -> (Process, String, String) {
+    let dir = "/tmp/kcbench.\(getpid())"
+    mkdir(dir, 0o700)
+    let socket = dir + "/s.sock"
+    let p = Process()
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    p.executableURL = URL(fileURLWithPath: (exe as NSString).deletingLastPathComponent + "/keychaind")
+    p.arguments = ["--state-dir", dir + "/state", "--socket", socket]
+    p.standardError = FileHandle.nullDevice
+    try! p.run()
+    for _ in 0..<500 {
+        if (try? KeychainConnection(socketPath: socket).status()) != nil { break }
+        usleep(10_000)
+    }
+    return (p, socket, dir)
+}
+
+/// Median wall time of running a command `runs` times, in milliseconds.
+func medianProcessTime(_ path: String, _ args: [String], env: [String: String] = [:], runs: Int = 40) -> Double? {
+    guard FileManager.default.isExecutableFile(atPath: path) else { return nil }
+    var times: [UInt64] = []
+    for _ in 0..<runs {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: path)
+        p.arguments = args
+        p.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        let t0 = now()
+        guard (try? p.run()) != nil else { return nil }
+        p.waitUntilExit()
+        times.append(now() - t0)
+    }
+    times.sort()
+    return Double(times[times.count / 2]) / 1e6
+}
+
+let options = Options(Array(CommandLine.arguments.dropFirst()))
+var daemon: (Process, String, String)?
+let socket: String
+if let s = options.socket {
+    socket = s
+} else {
+    daemon = startDaemon()
+    socket = daemon!.1
+}
+let setup = KeychainConnection(socketPath: socket)
+print("keychain-bench: socket \(socket), \(ProcessInfo.processInfo.activeProcessorCount) cores")
+
+for n in options.sizes {
+    for c in options.clients {
+        try? setup.delete(["class": .string("genp"), "svce": .string("bench")])
+        report("add", n: n, c: c, measure(clients: c, count: n, socket: socket) { conn, i in
+            var d = item(i)
+            d["v_Data"] = .data(Array("secret-value-\(i)".utf8))
+            try conn.add(d)
+        })
+        let gets = max(n, options.getsPerClient * c)
+        report("get", n: n, c: c, measure(clients: c, count: gets, socket: socket) { conn, i in
+            var q = item((i &* 7919) % n)
+            q["r_Data"] = .bool(true)
+            guard case .single(.data) = try conn.copyMatching(q) else { fatalError("get returned no data") }
+        })
+        report("update", n: n, c: c, measure(clients: c, count: min(n, 20_000), socket: socket) { conn, i in
+            try conn.update(item(i), ["v_Data": .data(Array("changed-\(i)".utf8))])
+        })
+        report("delete", n: n, c: c, measure(clients: c, count: n, socket: socket) { conn, i in
+            try conn.delete(item(i))
+        })
+    }
+}
+
+if !options.skipCLI {
+    try? setup.add(["class": .string("genp"), "svce": .string("cli"), "acct": .string("a"), "v_Data": .data(Array("x".utf8))])
+    let dir = ((try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0] as String)
+    let cli = (dir as NSString).deletingLastPathComponent + "/keychain"
+    if let ms = medianProcessTime(cli, ["get", "--service", "cli", "--account", "a"], env: ["KEYCHAIN_SOCKET": socket]) {
+        print(String(format: "cli    keychain get (whole process)   median=%.2fms", ms))
+    }
+    // keyctl pipe, timed the same way, as the yardstick (Debian's keyutils).
+    let keyctl = "/usr/bin/keyctl"
+    if FileManager.default.isExecutableFile(atPath: keyctl) {
+        let add = Process()
+        add.executableURL = URL(fileURLWithPath: keyctl)
+        add.arguments = ["add", "user", "kcbench", "x", "@u"]
+        let out = Pipe()
+        add.standardOutput = out
+        try? add.run()
+        add.waitUntilExit()
+        let id = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        if let ms = medianProcessTime(keyctl, ["pipe", id]) {
+            print(String(format: "cli    keyctl pipe (whole process)    median=%.2fms", ms))
+        }
+    } else {
+        print("cli    keyctl not installed (apt-get install keyutils) — no yardstick")
+    }
+}
+
+if let (p, _, dir) = daemon {
+    p.terminate()
+    p.waitUntilExit()
+    try? FileManager.default.removeItem(atPath: dir)
+}
