@@ -84,11 +84,13 @@ final class RunningServer: @unchecked Sendable {
         if stop { s.shutdown() }
     }
 
+    /// Before the server exists (it binds its socket in init, so a client may already have
+    /// seen it), the request is remembered and `set` acts on it: the socket is still removed.
     func stop() {
         lock.lock()
         stopRequested = true
         let s = server
         lock.unlock()
-        if let s { s.shutdown() } else { exit(0) }
+        s?.shutdown()
     }
 }
