@@ -4,6 +4,10 @@ import PackageDescription
 // Dependencies run one way: KeychainModel is pure Swift and shared by everything;
 // only KeychainCrypto imports libsodium and only KeychainStorage imports SQLite;
 // KeychainStore is the SecItem engine built on the three; executables are thin mains.
+/// Lets callers in other modules specialise this module's generic code (ByteWriter, the
+/// attribute codec...): without it every call goes through runtime generic metadata.
+let crossModule: [SwiftSetting] = [.unsafeFlags(["-cross-module-optimization"], .when(configuration: .release))]
+
 let package = Package(
     name: "keychaind",
     platforms: [.macOS(.v15)],
@@ -28,17 +32,18 @@ let package = Package(
             name: "CSQLite",
             providers: [.apt(["libsqlite3-dev"])]
         ),
-        .target(name: "KeychainModel"),
-        .target(name: "KeychainCrypto", dependencies: ["CSodium", "KeychainModel"]),
-        .target(name: "KeychainStorage", dependencies: ["CSQLite", "KeychainModel"]),
+        .target(name: "KeychainModel", swiftSettings: crossModule),
+        .target(name: "KeychainCrypto", dependencies: ["CSodium", "KeychainModel"], swiftSettings: crossModule),
+        .target(name: "KeychainStorage", dependencies: ["CSQLite", "KeychainModel"], swiftSettings: crossModule),
         .target(
             name: "KeychainStore",
-            dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage"]
+            dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage"],
+            swiftSettings: crossModule
         ),
         // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl): used by the daemon only.
         .target(name: "CSystemShim"),
         // Wire format and socket I/O, shared by daemon and client (no crypto, no storage).
-        .target(name: "KeychainProtocol", dependencies: ["KeychainModel"]),
+        .target(name: "KeychainProtocol", dependencies: ["KeychainModel"], swiftSettings: crossModule),
         .target(
             name: "KeychainServer",
             dependencies: [
@@ -46,24 +51,25 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "KeychainClient", dependencies: ["KeychainProtocol", "KeychainModel"]),
-        .target(
-            name: "KeychainCLI",
-            dependencies: ["KeychainClient", .product(name: "ArgumentParser", package: "swift-argument-parser")]
-        ),
+        .target(name: "KeychainClient", dependencies: ["KeychainProtocol", "KeychainModel"], swiftSettings: crossModule),
+        .target(name: "KeychainCLI", dependencies: ["KeychainClient"]),
         .executableTarget(
             name: "Keychaind",
             dependencies: ["KeychainServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
-        .executableTarget(name: "keychain", dependencies: ["KeychainCLI"]),
+        // Fully static: no dynamic loader, no libswiftCore/Foundation relocations at start-up,
+        // so a whole `keychain get` costs about what `keyctl pipe` does (docs/performance.md).
+        .executableTarget(
+            name: "keychain", dependencies: ["KeychainCLI"],
+            linkerSettings: [.unsafeFlags(["-static-executable"])]
+        ),
         .executableTarget(name: "keychain-bench", dependencies: ["KeychainClient"]),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
-        // Spawns the real keychaind and keychain binaries; depends on them so they are built.
-        .testTarget(
-            name: "IntegrationTests",
-            dependencies: ["KeychainClient", "KeychainProtocol", "Keychaind", "keychain"]
-        ),
+        // Spawns the real keychaind and keychain binaries, which `swift build --build-tests`
+        // (and so `swift test`) builds with every other product. Not dependencies: the CLI's
+        // static-link flags must not reach the test bundle.
+        .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol"]),
         .testTarget(name: "KeychainServerTests", dependencies: ["KeychainServer"]),
         .testTarget(
             name: "KeychainStoreTests",

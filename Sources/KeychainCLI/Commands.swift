@@ -1,22 +1,361 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import ArgumentParser
 import KeychainClient
 import KeychainModel
 
 /// `keychain`: the command line over KeychainClient. docs/cli.md documents every command and
 /// exit code.
-public struct KeychainCommand: ParsableCommand {
-    public static let configuration = CommandConfiguration(
-        commandName: "keychain",
-        abstract: "Store, find, change and delete secrets in keychaind.",
-        discussion: "Secrets are read from standard input (exact bytes), or from a no-echo prompt on a terminal; never from arguments.",
-        version: "0.1.0",
-        subcommands: [Add.self, Get.self, Update.self, Delete.self, List.self, Status.self,
-                      Lock.self, Unlock.self, Passcode.self])
+public enum KeychainCommand {
+    static let version = "0.1.0"
 
-    public init() {}
+    /// Runs the command line and exits with its status.
+    public static func main() -> Never {
+        exit(run(Array(CommandLine.arguments.dropFirst())))
+    }
+
+    /// Runs one invocation; returns the exit status.
+    static func run(_ argv: [String]) -> Int32 {
+        var args = argv[...]
+        // `keychain --socket PATH <command>`: the leading form of the global option.
+        var leadingSocket: String?
+        if let first = args.first, first == "--socket" || first.hasPrefix("--socket=") {
+            if first == "--socket" {
+                guard args.count >= 2 else { return usage("--socket needs a value", spec: nil) }
+                leadingSocket = args[args.startIndex + 1]
+                args = args.dropFirst(2)
+            } else {
+                leadingSocket = String(first.dropFirst("--socket=".count))
+                args = args.dropFirst()
+            }
+        }
+        guard let name = args.first else { return usage("no command given", spec: nil) }
+        switch name {
+        case "--help", "-h", "help":
+            Output.line(overview)
+            return ExitStatus.success
+        case "--version":
+            Output.line(version)
+            return ExitStatus.success
+        default: break
+        }
+        var path = [name]
+        args = args.dropFirst()
+        if name == "passcode" {
+            guard let sub = args.first, ["set", "change", "remove"].contains(sub) else {
+                return usage("`keychain passcode` needs one of: set, change, remove", spec: nil)
+            }
+            path.append(sub)
+            args = args.dropFirst()
+        }
+        guard let command = commands.first(where: { $0.spec.name == path.joined(separator: " ") }) else {
+            return usage("unknown command '\(name)'", spec: nil)
+        }
+        do {
+            let parsed = try Arguments(args, spec: command.spec)
+            if parsed.wantsHelp {
+                Output.line(command.spec.usage)
+                return ExitStatus.success
+            }
+            let context = try Context(parsed, leadingSocket: leadingSocket)
+            return context.run(command.body)
+        } catch {
+            return usage(error.message, spec: command.spec)
+        }
+    }
+
+    static func usage(_ message: String, spec: CommandSpec?) -> Int32 {
+        Output.error("keychain: \(message)")
+        Output.error(spec.map { "Usage: keychain \($0.name) [options]; see `keychain \($0.name) --help`" }
+                     ?? "Usage: keychain <command> [options]; see `keychain --help`")
+        return ExitStatus.usage
+    }
+
+    static var overview: String {
+        var lines = [
+            "Usage: keychain [--socket PATH] <command> [options]", "",
+            "Store, find, change and delete secrets in keychaind. Secrets are read from standard",
+            "input (exact bytes), or from a no-echo prompt on a terminal; never from arguments.", "",
+            "Commands:",
+        ]
+        for c in commands { lines.append("  " + c.spec.name.padding(18) + c.spec.summary) }
+        lines += ["", "Exit codes: 0 ok, 1 error, 2 not found, 3 duplicate, 4 locked, 5 access denied,",
+                  "6 authentication failed, 7 keychaind unreachable, 64 usage (docs/cli.md)."]
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// One parsed invocation: its options, the connection, and the JSON switch.
+struct Context {
+    let arguments: Arguments
+    let socket: String?
+    let json: Bool
+
+    init(_ arguments: Arguments, leadingSocket: String?) throws(UsageError) {
+        self.arguments = arguments
+        socket = arguments["socket"] ?? leadingSocket
+        json = arguments.has("json")
+    }
+
+    func connection() -> KeychainConnection { KeychainConnection(socketPath: socket) }
+
+    /// Runs `body`, turning a KeychainError into a message (and JSON with --json) and an exit
+    /// code, and a UsageError into exit 64.
+    func run(_ body: (Context) throws -> Void) -> Int32 {
+        do {
+            try body(self)
+            return ExitStatus.success
+        } catch let error as UsageError {
+            return KeychainCommand.usage(error.message, spec: arguments.spec)
+        } catch let error as KeychainError {
+            if json {
+                Output.line(JSON.object([("error", JSON.quote(error.status.name)), ("status", String(error.status.rawValue)),
+                                         ("message", JSON.quote(error.message))]))
+            }
+            Output.error("keychain: \(error.message) [\(error.status)]")
+            if let hint = ExitStatus.hint(for: error.status) { Output.error("hint: \(hint)") }
+            return ExitStatus.code(for: error.status)
+        } catch {
+            Output.error("keychain: \(error)")
+            return ExitStatus.otherError
+        }
+    }
+
+    func printStatusJSON() {
+        if json { Output.line(JSON.object([("status", "0")])) }
+    }
+
+    // MARK: item naming
+
+    static let protocolCodes: [String: String] = [
+        "https": "htps", "http": "http", "ftp": "ftp ", "ftps": "ftps", "ssh": "ssh ", "smtp": "smtp",
+        "imap": "imap", "imaps": "imps", "pop3": "pop3", "pop3s": "pops", "ldap": "ldap", "ldaps": "ldps",
+        "smb": "smb ", "telnet": "teln", "irc": "irc ", "ircs": "ircs", "socks": "sox ",
+    ]
+
+    /// The query naming the items: class, service/account, internet fields, access group.
+    func itemQuery() throws(UsageError) -> AttributeDictionary {
+        let a = arguments
+        let internet = try a.choice("class", ["generic-password", "internet-password"]) == "internet-password"
+        let inetOnly = ["server", "protocol", "port", "path"].filter { a[$0] != nil }
+        if !internet, let first = inetOnly.first {
+            throw UsageError(message: "--\(first) needs --class internet-password")
+        }
+        if internet && a["service"] != nil {
+            throw UsageError(message: "--service is for generic passwords; internet passwords use --server")
+        }
+        var q: AttributeDictionary = ["class": .string(internet ? "inet" : "genp")]
+        if let v = a["service"] { q["svce"] = .string(v) }
+        if let v = a["account"] { q["acct"] = .string(v) }
+        if let v = a["server"] { q["srvr"] = .string(v) }
+        if let v = a["protocol"] { q["ptcl"] = .string(Self.protocolCodes[v.lowercased()] ?? v) }
+        if let v = try a.integer("port", in: 0...65535) { q["port"] = .int(Int64(v)) }
+        if let v = a["path"] { q["path"] = .string(v) }
+        if let v = a["access-group"] { q["agrp"] = .string(v) }
+        return q
+    }
+
+    /// --accessible, --label, --comment.
+    func itemAttributes() throws(UsageError) -> AttributeDictionary {
+        var attrs: AttributeDictionary = [:]
+        if let name = try arguments.choice("accessible", Accessible.names) {
+            attrs["pdmn"] = .string(Accessible.pdmn(named: name)!)
+        }
+        if let v = arguments["label"] { attrs["labl"] = .string(v) }
+        if let v = arguments["comment"] { attrs["icmt"] = .string(v) }
+        return attrs
+    }
+
+    var isInternetPassword: Bool { arguments["class"] == "internet-password" }
+}
+
+/// kSecAttrAccessible by the CLI's names.
+enum Accessible {
+    static let table: [(name: String, pdmn: String)] = [
+        ("when-unlocked", "ak"), ("after-first-unlock", "ck"), ("always", "dk"),
+        ("when-unlocked-this-device-only", "aku"), ("after-first-unlock-this-device-only", "cku"),
+        ("always-this-device-only", "dku"), ("when-passcode-set-this-device-only", "akpu"),
+    ]
+    static var names: [String] { table.map(\.name) }
+    static func pdmn(named name: String) -> String? { table.first { $0.name == name }?.pdmn }
+    static func name(ofPdmn pdmn: String) -> String { table.first { $0.pdmn == pdmn }?.name ?? pdmn }
+}
+
+/// A command: its spec and what it does.
+struct Command: Sendable {
+    let spec: CommandSpec
+    let body: @Sendable (Context) throws -> Void
+}
+
+private let globalOptions: [(name: String, help: String)] = [
+    ("socket", "keychaind's socket (default: $KEYCHAIN_SOCKET, else the per-user default)."),
+]
+private let jsonFlag: [(name: String, help: String)] = [("json", "Machine-readable JSON output.")]
+private let itemOptions: [(name: String, help: String)] = [
+    ("class", "generic-password (default) or internet-password."),
+    ("service", "Service (generic passwords)."),
+    ("account", "Account."),
+    ("server", "Server (internet passwords)."),
+    ("protocol", "Protocol (internet passwords): https, http, ftp, ssh, smtp, imap... or a 4-character code."),
+    ("port", "Port (internet passwords)."),
+    ("path", "Path (internet passwords)."),
+    ("access-group", "Access group (default: the caller's first group)."),
+]
+private let attributeOptions: [(name: String, help: String)] = [
+    ("accessible", "when-unlocked (default), after-first-unlock, always, their -this-device-only forms, when-passcode-set-this-device-only."),
+    ("label", "Label."),
+    ("comment", "Comment."),
+]
+
+let commands: [Command] = [
+    Command(spec: CommandSpec(name: "add", summary: "Add an item; the secret comes from standard input.",
+                              options: globalOptions + itemOptions + attributeOptions, flags: jsonFlag)) { c in
+        var dict = try c.itemQuery().merging(try c.itemAttributes()) { $1 }
+        var secret = try SecretInput.secret()
+        defer { explicit_bzero(&secret, secret.count) }
+        dict["v_Data"] = .data(secret)
+        try c.connection().add(dict)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "get", summary: "Write an item's secret to standard output, exactly (--json: attributes and the secret in base64).",
+                              options: globalOptions + itemOptions, flags: jsonFlag)) { c in
+        var query = try c.itemQuery()
+        query["r_Data"] = .bool(true)
+        if c.json { query["r_Attributes"] = .bool(true) }
+        switch try c.connection().copyMatching(query) {
+        case .single(.data(var secret)):
+            Output.stdout(secret)
+            explicit_bzero(&secret, secret.count)
+        case .single(.attributes(let attrs)):
+            Output.line(JSON.attributes(attrs))
+        default:
+            throw KeychainError(.decode, "unexpected answer from keychaind")
+        }
+    },
+    Command(spec: CommandSpec(name: "update", summary: "Change matching items: a new secret from standard input, and/or attributes.",
+                              options: globalOptions + itemOptions + attributeOptions + [("new-account", "Rename: the new account.")],
+                              flags: jsonFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")])) { c in
+        let query = try c.itemQuery()
+        var changes = try c.itemAttributes()
+        if let v = c.arguments["new-account"] { changes["acct"] = .string(v) }
+        var secret: [UInt8] = []
+        defer { explicit_bzero(&secret, secret.count) }
+        if !c.arguments.has("keep-secret") {
+            secret = try SecretInput.secret()
+            changes["v_Data"] = .data(secret)
+        }
+        guard !changes.isEmpty else {
+            throw UsageError(message: "nothing to change: give attribute options with --keep-secret")
+        }
+        try c.connection().update(query, changes)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "delete", summary: "Delete every matching item.",
+                              options: globalOptions + itemOptions, flags: jsonFlag)) { c in
+        try c.connection().delete(try c.itemQuery())
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "list", summary: "List matching items' attributes (never secrets).",
+                              options: globalOptions + itemOptions, flags: jsonFlag)) { c in
+        try ListCommand.run(c)
+    },
+    Command(spec: CommandSpec(name: "status", summary: "Show keychaind's version, lock state and passcode state.",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        let info = try c.connection().status()
+        if c.json {
+            Output.line(JSON.attributes(info))
+            return
+        }
+        for key in info.keys.sorted() {
+            Output.line("\(key): \(JSON.value(info[key]!).trimmingQuotes)")
+        }
+    },
+    Command(spec: CommandSpec(name: "lock", summary: "Lock the keychain (admin).", options: globalOptions, flags: jsonFlag)) { c in
+        try c.connection().lock()
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "unlock", summary: "Unlock (admin): passcode from a no-echo prompt or one line of standard input.",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        var passcode = try SecretInput.passcode("Passcode")
+        defer { explicit_bzero(&passcode, passcode.count) }
+        try c.connection().unlock(passcode: passcode)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "passcode set", summary: "Set a passcode where there is none (admin).",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        var new = try SecretInput.passcode("New passcode")
+        defer { explicit_bzero(&new, new.count) }
+        try c.connection().setPasscode(new)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "passcode change", summary: "Change the passcode (admin; reads the old, then the new).",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        var old = try SecretInput.passcode("Current passcode")
+        var new = try SecretInput.passcode("New passcode")
+        defer { explicit_bzero(&old, old.count); explicit_bzero(&new, new.count) }
+        try c.connection().changePasscode(old: old, new: new)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "passcode remove", summary: "Remove the passcode (admin); deletes when-passcode-set-this-device-only items.",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        var current = try SecretInput.passcode("Current passcode")
+        defer { explicit_bzero(&current, current.count) }
+        try c.connection().removePasscode(current: current)
+        c.printStatusJSON()
+    },
+]
+
+enum ListCommand {
+    static func run(_ c: Context) throws {
+        var query = try c.itemQuery()
+        query["r_Attributes"] = .bool(true)
+        query["m_Limit"] = .string("m_LimitAll")
+        let rows = try matching(query, c.connection())
+        if c.json {
+            Output.line("[" + rows.map(JSON.attributes).joined(separator: ",") + "]")
+            return
+        }
+        let header = ["SERVICE", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
+        let table = rows.map { a -> [String] in
+            [text(a[c.isInternetPassword ? "srvr" : "svce"]), text(a["acct"]), text(a["agrp"]),
+             Accessible.name(ofPdmn: text(a["pdmn"])), text(a["labl"]), text(a["mdat"])]
+        }
+        let widths = header.indices.map { i in ([header[i]] + table.map { $0[i] }).map(\.count).max()! }
+        for row in [header] + table {
+            Output.line(row.enumerated().map { i, cell in
+                i == row.count - 1 ? cell : cell.padding(widths[i] + 1)
+            }.joined(separator: " "))
+        }
+    }
+
+    /// Every match's attributes; none is an empty list, not an error.
+    static func matching(_ query: AttributeDictionary, _ connection: KeychainConnection) throws(KeychainError) -> [AttributeDictionary] {
+        let result: QueryResult
+        do {
+            result = try connection.copyMatching(query)
+        } catch where error.status == .itemNotFound {
+            return []
+        }
+        guard case .list(let items) = result else { return [] }
+        return items.compactMap { if case .attributes(let a) = $0 { a } else { nil } }
+    }
+
+    static func text(_ v: AttributeValue?) -> String {
+        switch v {
+        case .string(let s)?: s
+        case .data(let d)?: String(validating: d, as: UTF8.self) ?? JSON.base64(d)
+        case .int(let i)?: String(i)
+        case .bool(let b)?: String(b)
+        case .date(let t)?: JSON.iso8601(t)
+        case nil: ""
+        }
+    }
+}
+
+extension String {
+    var trimmingQuotes: String {
+        hasPrefix("\"") && hasSuffix("\"") && count >= 2 ? String(dropFirst().dropLast()) : self
+    }
 }
 
 /// Exit codes (docs/cli.md). ArgumentParser itself exits 64 on usage errors.
@@ -57,375 +396,3 @@ public enum ExitStatus {
     }
 }
 
-struct GlobalOptions: ParsableArguments {
-    @Option(help: "keychaind's socket (default: $KEYCHAIN_SOCKET, else the per-user default).")
-    var socket: String?
-
-    @Flag(help: "Machine-readable JSON output.")
-    var json = false
-
-    func connection() -> KeychainConnection { KeychainConnection(socketPath: socket) }
-
-    /// Runs `body`, turning a KeychainError into a message (and JSON with --json) and an exit code.
-    func run(_ body: () throws(KeychainError) -> Void) throws {
-        do {
-            try body()
-        } catch {
-            if json {
-                Output.line(JSON.object([("error", JSON.quote(error.status.name)), ("status", String(error.status.rawValue)),
-                                         ("message", JSON.quote(error.message))]))
-            }
-            Output.error("keychain: \(error.message) [\(error.status)]")
-            if let hint = ExitStatus.hint(for: error.status) { Output.error("hint: \(hint)") }
-            throw ExitCode(ExitStatus.code(for: error.status))
-        }
-    }
-}
-
-enum ItemClassName: String, ExpressibleByArgument, CaseIterable {
-    case genericPassword = "generic-password"
-    case internetPassword = "internet-password"
-
-    var code: String { self == .genericPassword ? "genp" : "inet" }
-}
-
-enum AccessibleName: String, ExpressibleByArgument, CaseIterable {
-    case whenUnlocked = "when-unlocked"
-    case afterFirstUnlock = "after-first-unlock"
-    case always
-    case whenUnlockedThisDeviceOnly = "when-unlocked-this-device-only"
-    case afterFirstUnlockThisDeviceOnly = "after-first-unlock-this-device-only"
-    case alwaysThisDeviceOnly = "always-this-device-only"
-    case whenPasscodeSetThisDeviceOnly = "when-passcode-set-this-device-only"
-
-    var pdmn: String {
-        switch self {
-        case .whenUnlocked: "ak"
-        case .afterFirstUnlock: "ck"
-        case .always: "dk"
-        case .whenUnlockedThisDeviceOnly: "aku"
-        case .afterFirstUnlockThisDeviceOnly: "cku"
-        case .alwaysThisDeviceOnly: "dku"
-        case .whenPasscodeSetThisDeviceOnly: "akpu"
-        }
-    }
-
-    static func name(ofPdmn pdmn: String) -> String {
-        allCases.first { $0.pdmn == pdmn }?.rawValue ?? pdmn
-    }
-}
-
-/// What names an item: class, service/account, internet-password fields, access group.
-struct ItemOptions: ParsableArguments {
-    @Option(name: .customLong("class"), help: "generic-password (default) or internet-password.")
-    var itemClass: ItemClassName = .genericPassword
-
-    @Option(help: "Service (generic passwords).")
-    var service: String?
-
-    @Option(help: "Account.")
-    var account: String?
-
-    @Option(help: "Server (internet passwords).")
-    var server: String?
-
-    @Option(name: .customLong("protocol"), help: "Protocol (internet passwords): https, http, ftp, ssh, smtp, imap... or a 4-character code.")
-    var proto: String?
-
-    @Option(help: "Port (internet passwords).")
-    var port: Int?
-
-    @Option(help: "Path (internet passwords).")
-    var path: String?
-
-    @Option(help: "Access group (default: the caller's first group).")
-    var accessGroup: String?
-
-    func validate() throws {
-        if itemClass == .genericPassword && (server != nil || proto != nil || port != nil || path != nil) {
-            throw ValidationError("--server, --protocol, --port and --path need --class internet-password")
-        }
-        if itemClass == .internetPassword && service != nil {
-            throw ValidationError("--service is for generic passwords; internet passwords use --server")
-        }
-    }
-
-    static let protocolCodes: [String: String] = [
-        "https": "htps", "http": "http", "ftp": "ftp ", "ftps": "ftps", "ssh": "ssh ", "smtp": "smtp",
-        "imap": "imap", "imaps": "imps", "pop3": "pop3", "pop3s": "pops", "ldap": "ldap", "ldaps": "ldps",
-        "smb": "smb ", "telnet": "teln", "irc": "irc ", "ircs": "ircs", "socks": "sox ",
-    ]
-
-    var query: AttributeDictionary {
-        var q: AttributeDictionary = ["class": .string(itemClass.code)]
-        if let service { q["svce"] = .string(service) }
-        if let account { q["acct"] = .string(account) }
-        if let server { q["srvr"] = .string(server) }
-        if let proto { q["ptcl"] = .string(Self.protocolCodes[proto.lowercased()] ?? proto) }
-        if let port { q["port"] = .int(Int64(port)) }
-        if let path { q["path"] = .string(path) }
-        if let accessGroup { q["agrp"] = .string(accessGroup) }
-        return q
-    }
-}
-
-struct AttributeOptions: ParsableArguments {
-    @Option(help: "Accessibility: \(AccessibleName.allCases.map(\.rawValue).joined(separator: ", ")). Default when-unlocked.")
-    var accessible: AccessibleName?
-
-    @Option(help: "Label.")
-    var label: String?
-
-    @Option(help: "Comment.")
-    var comment: String?
-
-    var attributes: AttributeDictionary {
-        var a: AttributeDictionary = [:]
-        if let accessible { a["pdmn"] = .string(accessible.pdmn) }
-        if let label { a["labl"] = .string(label) }
-        if let comment { a["icmt"] = .string(comment) }
-        return a
-    }
-}
-
-struct Add: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Add an item; the secret comes from standard input.")
-    @OptionGroup var global: GlobalOptions
-    @OptionGroup var item: ItemOptions
-    @OptionGroup var attributes: AttributeOptions
-
-    func run() throws {
-        try global.run { () throws(KeychainError) in
-            var secret = try SecretInput.secret()
-            defer { explicit_bzero(&secret, secret.count) }
-            var dict = item.query.merging(attributes.attributes) { $1 }
-            dict["v_Data"] = .data(secret)
-            try global.connection().add(dict)
-            if global.json { Output.line(JSON.object([("status", "0")])) }
-        }
-    }
-}
-
-struct Get: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Write an item's secret to standard output, exactly (with --json: its attributes and the secret in base64).")
-    @OptionGroup var global: GlobalOptions
-    @OptionGroup var item: ItemOptions
-
-    func run() throws {
-        try global.run { () throws(KeychainError) in
-            var query = item.query
-            query["r_Data"] = .bool(true)
-            if global.json { query["r_Attributes"] = .bool(true) }
-            switch try global.connection().copyMatching(query) {
-            case .single(.data(var secret)):
-                Output.stdout(secret)
-                explicit_bzero(&secret, secret.count)
-            case .single(.attributes(let attrs)):
-                Output.line(JSON.attributes(attrs))
-            default:
-                throw KeychainError(.decode, "unexpected answer from keychaind")
-            }
-        }
-    }
-}
-
-struct Update: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Change the matching items: a new secret from standard input, and/or attributes.")
-    @OptionGroup var global: GlobalOptions
-    @OptionGroup var item: ItemOptions
-    @OptionGroup var attributes: AttributeOptions
-
-    @Flag(help: "Change only the attributes given; keep the secret (no standard input read).")
-    var keepSecret = false
-
-    @Option(help: "Rename: the new account.")
-    var newAccount: String?
-
-    func run() throws {
-        try global.run { () throws(KeychainError) in
-            var changes = attributes.attributes
-            if let newAccount { changes["acct"] = .string(newAccount) }
-            var secret: [UInt8] = []
-            defer { explicit_bzero(&secret, secret.count) }
-            if !keepSecret {
-                secret = try SecretInput.secret()
-                changes["v_Data"] = .data(secret)
-            }
-            guard !changes.isEmpty else {
-                throw KeychainError(.param, "nothing to change: give a secret on standard input or an attribute option")
-            }
-            try global.connection().update(item.query, changes)
-            if global.json { Output.line(JSON.object([("status", "0")])) }
-        }
-    }
-}
-
-struct Delete: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Delete every matching item.")
-    @OptionGroup var global: GlobalOptions
-    @OptionGroup var item: ItemOptions
-
-    func run() throws {
-        try global.run { () throws(KeychainError) in
-            try global.connection().delete(item.query)
-            if global.json { Output.line(JSON.object([("status", "0")])) }
-        }
-    }
-}
-
-struct List: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List items' attributes (never secrets).")
-    @OptionGroup var global: GlobalOptions
-    @OptionGroup var item: ItemOptions
-
-    func run() throws {
-        try global.run { () throws(KeychainError) in
-            var query = item.query
-            query["r_Attributes"] = .bool(true)
-            query["m_Limit"] = .string("m_LimitAll")
-            var rows: [AttributeDictionary] = []
-            do throws(KeychainError) {
-                if case .list(let items) = try global.connection().copyMatching(query) {
-                    rows = items.compactMap { if case .attributes(let a) = $0 { a } else { nil } }
-                }
-            } catch where error.status == .itemNotFound {}
-            if global.json {
-                Output.line("[" + rows.map(JSON.attributes).joined(separator: ",") + "]")
-                return
-            }
-            let header = ["SERVICE", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
-            let table = rows.map { a -> [String] in
-                [text(a[item.itemClass == .genericPassword ? "svce" : "srvr"]), text(a["acct"]), text(a["agrp"]),
-                 AccessibleName.name(ofPdmn: text(a["pdmn"])), text(a["labl"]), text(a["mdat"])]
-            }
-            let widths = header.indices.map { i in ([header[i]] + table.map { $0[i] }).map(\.count).max()! }
-            for row in [header] + table {
-                Output.line(row.enumerated().map { i, cell in
-                    i == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[i] - cell.count)
-                }.joined(separator: "  "))
-            }
-        }
-    }
-
-    func text(_ v: AttributeValue?) -> String {
-        switch v {
-        case .string(let s)?: s
-        case .data(let d)?: String(validating: d, as: UTF8.self) ?? JSON.base64(d)
-        case .int(let i)?: String(i)
-        case .bool(let b)?: String(b)
-        case .date(let t)?: JSON.iso8601(t)
-        case nil: ""
-        }
-    }
-}
-
-struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show keychaind's version, lock state and passcode state.")
-    @OptionGroup var global: GlobalOptions
-
-    func run() throws {
-        try global.run { () throws(KeychainError) in
-            let info = try global.connection().status()
-            if global.json {
-                Output.line(JSON.attributes(info))
-                return
-            }
-            for key in info.keys.sorted() {
-                Output.line("\(key): \(JSON.value(info[key]!).trimmingQuotes)")
-            }
-        }
-    }
-}
-
-struct Lock: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Lock the keychain (admin).")
-    @OptionGroup var global: GlobalOptions
-
-    func run() throws {
-        try global.run { () throws(KeychainError) in try global.connection().lock() }
-    }
-}
-
-struct Unlock: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Unlock the keychain (admin); the passcode comes from a no-echo prompt or one line of standard input.")
-    @OptionGroup var global: GlobalOptions
-
-    func run() throws {
-        try global.run { () throws(KeychainError) in
-            var passcode = try SecretInput.passcode("Passcode")
-            defer { explicit_bzero(&passcode, passcode.count) }
-            try global.connection().unlock(passcode: passcode)
-        }
-    }
-}
-
-struct Passcode: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Set, change or remove the passcode (admin). Without a terminal, one line of standard input per passcode asked.",
-        subcommands: [Set.self, Change.self, Remove.self])
-
-    struct Set: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Set a passcode where there is none.")
-        @OptionGroup var global: GlobalOptions
-        func run() throws {
-            try global.run { () throws(KeychainError) in
-                var new = try SecretInput.passcode("New passcode")
-                defer { explicit_bzero(&new, new.count) }
-                try global.connection().setPasscode(new)
-            }
-        }
-    }
-
-    struct Change: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Change the passcode (reads the old, then the new).")
-        @OptionGroup var global: GlobalOptions
-        func run() throws {
-            try global.run { () throws(KeychainError) in
-                var old = try SecretInput.passcode("Current passcode")
-                var new = try SecretInput.passcode("New passcode")
-                defer { explicit_bzero(&old, old.count); explicit_bzero(&new, new.count) }
-                try global.connection().changePasscode(old: old, new: new)
-            }
-        }
-    }
-
-    struct Remove: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            abstract: "Remove the passcode; deletes every when-passcode-set-this-device-only item.")
-        @OptionGroup var global: GlobalOptions
-        func run() throws {
-            try global.run { () throws(KeychainError) in
-                var current = try SecretInput.passcode("Current passcode")
-                defer { explicit_bzero(&current, current.count) }
-                try global.connection().removePasscode(current: current)
-            }
-        }
-    }
-}
-
-extension String {
-    var trimmingQuotes: String {
-        hasPrefix("\"") && hasSuffix("\"") && count >= 2 ? String(dropFirst().dropLast()) : self
-    }
-}
-
-extension KeychainCommand {
-    /// `keychain --socket PATH get ...`: ArgumentParser gives options to subcommands only, so a
-    /// leading --socket is taken here and passed on as KEYCHAIN_SOCKET.
-    public static func mainAcceptingLeadingSocket() {
-        var args = Array(CommandLine.arguments.dropFirst())
-        if let first = args.first {
-            if first == "--socket", args.count >= 2 {
-                setenv("KEYCHAIN_SOCKET", args[1], 1)
-                args.removeFirst(2)
-            } else if first.hasPrefix("--socket=") {
-                setenv("KEYCHAIN_SOCKET", String(first.dropFirst("--socket=".count)), 1)
-                args.removeFirst()
-            }
-        }
-        main(args)
-    }
-}

@@ -49,24 +49,26 @@ public struct ClassSchema: Sendable {
     public let attributes: [AttributeSpec]
     private let byCode: [String: AttributeSpec]
 
+    /// Class-specific primary-key attributes (the common ones, agrp and sync, are columns of
+    /// their own).
+    public let primaryKey: [AttributeSpec]
+    /// Attributes with a hashed lookup column, in a fixed order.
+    public let columnAttributes: [AttributeSpec]
+
     init(_ itemClass: ItemClass, _ attributes: [AttributeSpec]) {
         self.itemClass = itemClass
         self.attributes = attributes
         var map: [String: AttributeSpec] = [:]
         for spec in ClassSchema.common + attributes { map[spec.code] = spec }
         self.byCode = map
+        // Stored, not computed: every query and every row opened needs them.
+        primaryKey = attributes.filter(\.isPrimaryKey)
+        columnAttributes = (ClassSchema.common + attributes).filter {
+            $0.hasColumn && !ClassSchema.plainColumns.contains($0.code)
+        }
     }
 
     public func spec(_ code: String) -> AttributeSpec? { byCode[code] }
-
-    /// Class-specific primary-key attributes (the common ones, agrp and sync, are columns of
-    /// their own).
-    public var primaryKey: [AttributeSpec] { attributes.filter(\.isPrimaryKey) }
-
-    /// Attributes with a hashed lookup column, in a fixed order.
-    public var columnAttributes: [AttributeSpec] {
-        (ClassSchema.common + attributes).filter { $0.hasColumn && !ClassSchema.plainColumns.contains($0.code) }
-    }
 
     /// Attributes every stored class has. agrp, pdmn, sync, cdat and mdat are plain columns
     /// (the daemon filters and picks class keys by them); labl is a hashed column.

@@ -61,9 +61,24 @@ public struct ItemTable {
 
     private static let fixedColumns = "rowid, class, persistref, agrp, pdmn, sync, cdat, mdat, data"
 
-    private static func columns(of cls: ItemClass) -> [String] {
-        ClassSchema.of(cls)!.columnAttributes.map(\.code)
+    /// Per class, built once: its hashed column codes and the head of its SELECT.
+    private struct ClassSQL {
+        let codes: [String]
+        let select: String
     }
+
+    private static let classSQL: [ItemClass: ClassSQL] = {
+        var out: [ItemClass: ClassSQL] = [:]
+        for cls in ItemClass.stored {
+            let codes = ClassSchema.of(cls)!.columnAttributes.map(\.code)
+            out[cls] = ClassSQL(
+                codes: codes,
+                select: "SELECT \(fixedColumns)\(codes.map { ", h_\($0)" }.joined()) FROM items WHERE class = '\(cls.rawValue)'")
+        }
+        return out
+    }()
+
+    private static func columns(of cls: ItemClass) -> [String] { classSQL[cls]!.codes }
 
     public func insert(_ row: ItemRow) throws(KeychainError) -> Int64 {
         let codes = Self.columns(of: row.itemClass)
@@ -105,9 +120,11 @@ public struct ItemTable {
     /// `body` must not use the table (collect rows first to change them).
     public func forEach(_ filter: RowFilter, _ body: (ItemRow) throws(KeychainError) -> Bool) throws(KeychainError) {
         guard !filter.accessGroups.isEmpty else { return }
-        let codes = Self.columns(of: filter.itemClass)
-        var sql = "SELECT \(Self.fixedColumns)\(codes.map { ", h_\($0)" }.joined()) FROM items WHERE class = '\(filter.itemClass.rawValue)'"
+        let head = Self.classSQL[filter.itemClass]!
+        let codes = head.codes
+        var sql = head.select
         var values: [SQLValue] = []
+        values.reserveCapacity(filter.accessGroups.count + filter.hashes.count + 3)
         sql += " AND agrp IN (\(filter.accessGroups.map { _ in "?" }.joined(separator: ", ")))"
         values += filter.accessGroups.map(SQLValue.text)
         if let p = filter.protection { sql += " AND pdmn = ?"; values.append(.text(p.rawValue)) }

@@ -32,11 +32,16 @@ public final class SQLiteDatabase {
             throw KeychainError(Self.status(for: rc), "cannot open database \(path): \(message)")
         }
         sqlite3_extended_result_codes(db, 1)
+        // Only keychaind opens this file: holding its lock for the connection's life saves
+        // two fcntl calls per transaction, keeps the WAL index in private memory rather than
+        // a shared -shm file, and stops a second daemon on the same state directory.
+        try execute("PRAGMA locking_mode=EXCLUSIVE")
         try execute("PRAGMA journal_mode=WAL")
         try execute("PRAGMA synchronous=FULL")
         try execute("PRAGMA foreign_keys=ON")
         try execute("PRAGMA secure_delete=ON")
-        sqlite3_busy_timeout(db, 5000)
+        // No busy time-out: the only other holder of the lock would be another keychaind on
+        // the same files, which holds it for its whole life. Fail at once instead.
     }
 
     deinit {

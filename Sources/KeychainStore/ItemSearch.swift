@@ -1,14 +1,16 @@
 import KeychainModel
 import KeychainStorage
 
-/// How one class's rows are selected for a query: columns in SQL, then every attribute the
-/// query names checked again on the opened item (exact, byte-for-byte), so a hash collision or
-/// an attribute without a column never yields a wrong match.
+/// How one class's rows are selected for a query: attributes with a column by SQL equality of
+/// their keyed hashes (16 bytes of keyed BLAKE2b: a false match is a 2^-128 event), the others
+/// checked on the opened item, byte for byte.
 struct SearchPlan {
     var filter: RowFilter
+    /// Attributes without a column, matched after decryption.
     var checks: [(spec: AttributeSpec, value: AttributeValue)]
-    /// Some named attribute has no column: rows must be opened to know whether they match.
-    var needsOpening: Bool
+
+    /// Rows must be opened (and their attributes decoded) to know whether they match.
+    var needsOpening: Bool { !checks.isEmpty }
 
     func matches(_ item: StoredItem) -> Bool {
         for (spec, value) in checks {
@@ -25,7 +27,6 @@ extension ItemStore {
         let schema = ClassSchema.of(cls)!
         var filter = RowFilter(itemClass: cls, accessGroups: groups)
         var checks: [(AttributeSpec, AttributeValue)] = []
-        var needsOpening = false
         // Absent sync means sync = 0 (Apple): nothing synchronizable unless asked; "syna" and a
         // persistent reference lift the filter.
         if case .int(let s)? = attributes["sync"] {
@@ -43,24 +44,24 @@ extension ItemStore {
                 if spec.hasColumn {
                     filter.hashes.append((code, codec.hash(spec, value)))
                 } else {
-                    needsOpening = true
+                    checks.append((spec, value))
                 }
-                checks.append((spec, value))
             }
         }
-        return SearchPlan(filter: filter, checks: checks, needsOpening: needsOpening)
+        return SearchPlan(filter: filter, checks: checks)
     }
 
     /// Opens and checks the rows a plan selects, up to `limit` matches. A row of a locked class
     /// fails the whole call (errSecInteractionNotAllowed, as on iOS); an altered row is skipped
     /// and reported in `corrupt`.
-    func find(_ plan: SearchPlan, limit: Int?) throws(KeychainError) -> (items: [StoredItem], corrupt: Int) {
+    func find(_ plan: SearchPlan, limit: Int?, withAttributes: Bool) throws(KeychainError) -> (items: [StoredItem], corrupt: Int) {
         var items: [StoredItem] = []
         var corrupt = 0
+        let decode = withAttributes || plan.needsOpening
         try table.forEach(plan.filter) { (row) throws(KeychainError) -> Bool in
             let item: StoredItem
             do throws(KeychainError) {
-                item = try open(row)
+                item = try open(row, withAttributes: decode)
             } catch where error.status == .decode {
                 corrupt += 1
                 return true

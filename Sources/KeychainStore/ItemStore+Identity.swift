@@ -30,7 +30,7 @@ extension ItemStore {
         var certQuery = query
         certQuery.persistentRef = query.persistentRef.map { PersistentRef(itemClass: .certificate, id: $0.id) }
         let certPlan = plan(.certificate, attributes: certAttributes, groups: groups, query: certQuery)
-        let (certificates, certCorrupt) = try find(certPlan, limit: nil)
+        let (certificates, certCorrupt) = try find(certPlan, limit: nil, withAttributes: true)
         var keyQuery = query
         keyQuery.persistentRef = nil
         var found: [Identity] = []
@@ -40,7 +40,7 @@ extension ItemStore {
             var keyPlan = plan(.key, attributes: keyAttributes, groups: groups, query: keyQuery)
             keyPlan.filter.hashes.append(("klbl", keyID))
             keyPlan.checks.append((ClassSchema.key.spec("kcls")!, .int(1)))  // private keys only
-            let (keys, keyCorrupt) = try find(keyPlan, limit: 1)
+            let (keys, keyCorrupt) = try find(keyPlan, limit: 1, withAttributes: true)
             corrupt += keyCorrupt
             if let key = keys.first { found.append(Identity(certificate: certificate, key: key)) }
             if let limit, found.count >= limit { break }

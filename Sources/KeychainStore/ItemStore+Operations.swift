@@ -57,7 +57,7 @@ extension ItemStore {
         let duplicate = KeychainError(.duplicateItem, "an item with the same primary key already exists in group \"\(row.accessGroup)\"")
         guard let holder = try table.primaryKeyHolder(of: row) else { throw duplicate }
         do throws(KeychainError) {
-            _ = try open(holder)
+            _ = try open(holder, withAttributes: false)
         } catch where error.status == .decode {
             try table.delete(rowid: holder.rowid)
             return
@@ -78,7 +78,7 @@ extension ItemStore {
             throw KeychainError(.unimplemented, "r_Ref: object references do not cross the socket; ask for r_Data or r_Attributes")
         }
         let plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
-        let (items, corrupt) = try find(plan, limit: query.limit.maxRows)
+        let (items, corrupt) = try find(plan, limit: query.limit.maxRows, withAttributes: query.returnAttributes)
         guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
         return try result(for: items, query: query, single: query.limit.returnsSingle)
     }
@@ -115,7 +115,7 @@ extension ItemStore {
         try checkChanges(changes, scope: scope)
         let plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
         try database.transaction { () throws(KeychainError) in
-            let (items, corrupt) = try find(plan, limit: nil)
+            let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
             guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
             try apply(changes, to: items)
         }
@@ -169,7 +169,7 @@ extension ItemStore {
         try database.transaction { () throws(KeychainError) in
             let rowids: [Int64]
             if plan.needsOpening {
-                let (items, corrupt) = try find(plan, limit: nil)
+                let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
                 guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
                 rowids = items.map(\.row.rowid)
             } else {

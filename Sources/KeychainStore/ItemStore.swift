@@ -28,7 +28,11 @@ public final class ItemStore {
         deviceKey = try DeviceKeyFile.loadOrCreate(path: configuration.deviceKeyPath)
         try StateDirectory.createPrivateFile(configuration.databasePath)
         database = try SQLiteDatabase(path: configuration.databasePath)
-        try Schema.migrate(database)
+        do {
+            try Schema.migrate(database)
+        } catch where error.message.contains("database is locked") {
+            throw KeychainError(.notAvailable, "\(configuration.databasePath) is in use by another keychaind; stop it, or give this one another --state-dir")
+        }
         table = ItemTable(database)
         codec = ItemCodec(hasher: LookupHasher(deviceKey: deviceKey))
         if let bytes = try table.keybagRecord() {
@@ -122,11 +126,11 @@ public final class ItemStore {
     }
 
     /// Opens a row. Locked class: errSecInteractionNotAllowed. Altered row: errSecDecode.
-    func open(_ row: ItemRow) throws(KeychainError) -> StoredItem {
+    func open(_ row: ItemRow, withAttributes: Bool = true) throws(KeychainError) -> StoredItem {
         guard let pdmn = row.protection else {
             throw KeychainError(.decode, "item has an unknown protection class: the row was altered")
         }
-        return try codec.open(row, classKey: try classKey(pdmn))
+        return try codec.open(row, classKey: try classKey(pdmn), withAttributes: withAttributes)
     }
 
     /// Runs several calls in one transaction, committed (and fsynced) once: the daemon's group

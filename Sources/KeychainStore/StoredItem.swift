@@ -2,7 +2,8 @@ import KeychainCrypto
 import KeychainModel
 import KeychainStorage
 
-/// An item opened from its row: every attribute (defaults included) and the secret.
+/// An item opened from its row: the secret and, when they were asked for, every attribute
+/// (defaults included).
 struct StoredItem {
     var row: ItemRow
     var attributes: AttributeDictionary
@@ -33,7 +34,7 @@ struct ItemCodec {
     /// The row identity that both encryption layers authenticate: format, class, pdmn, agrp,
     /// sync, persistent id and every lookup column.
     func identity(of row: ItemRow) -> [UInt8] {
-        var w = ByteWriter(capacity: 256)
+        var w = ByteWriter(capacity: 64 + row.accessGroup.utf8.count + 20 * row.hashes.count)
         w.lengthPrefixed(Array(row.itemClass.rawValue.utf8))
         w.lengthPrefixed(Array((row.protection?.rawValue ?? "").utf8))
         w.lengthPrefixed(Array(row.accessGroup.utf8))
@@ -62,21 +63,28 @@ struct ItemCodec {
         var row = ItemRow(itemClass: cls, persistentID: persistentID, accessGroup: agrp, protection: pdmn,
                           sync: sync, created: cdat, modified: mdat, hashes: hashes(of: cls, attributes), blob: [])
         row.rowid = rowid
-        var plain = attributes
-        plain["v_Data"] = .data(data)
-        var plaintext = AttributeCodec.encode(plain)
+        // Secret first, then the attributes, so that a read of the secret alone need not
+        // decode the attributes.
+        var w = ByteWriter(capacity: 4 + data.count + 256)
+        w.lengthPrefixed(data)
+        AttributeCodec.encode(attributes, into: &w)
+        var plaintext = w.bytes
         defer { Sodium.wipe(&plaintext) }
         row.blob = ItemSealer.seal(plaintext, identity: identity(of: row), classKey: classKey)
         return row
     }
 
-    /// Opens a row with its class key; errSecDecode if anything about it was altered.
-    func open(_ row: ItemRow, classKey: SecureKey) throws(KeychainError) -> StoredItem {
+    /// Opens a row with its class key; errSecDecode if anything about it was altered. The
+    /// attributes are decoded only when asked for (`attributes` is empty otherwise).
+    func open(_ row: ItemRow, classKey: SecureKey, withAttributes: Bool) throws(KeychainError) -> StoredItem {
         var plaintext = try ItemSealer.open(row.blob, identity: identity(of: row), classKey: classKey)
         defer { Sodium.wipe(&plaintext) }
-        var attributes = try AttributeCodec.decode(plaintext, failure: .decode)
-        guard case .data(let data)? = attributes.removeValue(forKey: "v_Data") else {
-            throw KeychainError(.decode, "item has no secret field")
+        var r = ByteReader(plaintext, failure: .decode)
+        let data = try r.lengthPrefixed(max: KeychainLimits.maxSecretBytes)
+        var attributes: AttributeDictionary = [:]
+        if withAttributes {
+            attributes = try AttributeCodec.decode(from: &r)
+            guard r.isAtEnd else { throw KeychainError(.decode, "item has trailing bytes") }
         }
         return StoredItem(row: row, attributes: attributes, data: data)
     }

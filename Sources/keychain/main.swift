@@ -1,3 +1,3 @@
 import KeychainCLI
 
-KeychainCommand.mainAcceptingLeadingSocket()
+KeychainCommand.main()

@@ -10,7 +10,9 @@ import Testing
 /// A store in a fresh temporary state directory, removed when the fixture goes away.
 final class TemporaryStore {
     let directory: String
-    var store: ItemStore
+    /// Implicitly unwrapped so that it can be released before the file is opened again: the
+    /// store holds the database's lock for as long as it lives.
+    var store: ItemStore!
     var clock: TestClock
 
     static let app = AccessScope(groups: ["com.example.app", "com.example.shared"])
@@ -29,12 +31,19 @@ final class TemporaryStore {
 
     /// Closes the store and opens it again from disk, as a restart would.
     func reopen() throws {
+        store = nil
         store = try ItemStore(configuration: Self.configuration(directory), clock: clock.read)
     }
 
-    /// A second connection for editing the database file behind the store's back.
-    func rawDatabase() throws -> SQLiteDatabase {
-        try SQLiteDatabase(path: directory + "/keychain.db")
+    /// Closes the store, lets `body` edit the database file directly (as someone holding the
+    /// file would), then opens the store again.
+    func editFile(_ body: (SQLiteDatabase) throws -> Void) throws {
+        store = nil
+        do {
+            let raw = try SQLiteDatabase(path: directory + "/keychain.db")
+            try body(raw)
+        }
+        try reopen()
     }
 
     deinit {

@@ -33,6 +33,7 @@ struct PersistenceTests {
     @Test func aNewDeviceKeyCannotOpenTheItems() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([1])]))
+        t.store = nil
         unlink(t.directory + "/device.key")
         // The keybag was wrapped under the old device key: nothing opens.
         expectStatus(.decode) { try t.reopen() }
@@ -40,8 +41,15 @@ struct PersistenceTests {
 
     @Test func aDatabaseFromANewerVersionIsRefused() throws {
         let t = try TemporaryStore()
-        try t.rawDatabase().execute("PRAGMA user_version = \(Schema.currentVersion + 1)")
-        expectStatus(.notAvailable) { try t.reopen() }
+        expectStatus(.notAvailable) {
+            try t.editFile { try $0.execute("PRAGMA user_version = \(Schema.currentVersion + 1)") }
+        }
+    }
+
+    @Test func aSecondStoreOnTheSameFilesIsRefusedWhileTheFirstIsOpen() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a"))
+        expectStatus(.notAvailable) { _ = try ItemStore(configuration: TemporaryStore.configuration(t.directory)) }
     }
 
     @Test func writesUseWriteAheadLoggingWithFullSync() throws {

@@ -16,10 +16,9 @@ struct TamperTests {
         return t
     }
 
-    /// Runs SQL against the file through a second connection, as an attacker with the file would.
+    /// Runs SQL against the file directly, as an attacker with the file would.
     func edit(_ t: TemporaryStore, _ sql: String) throws {
-        let raw = try t.rawDatabase()
-        try raw.execute(sql)
+        try t.editFile { try $0.execute(sql) }
     }
 
     let victimRow = "(SELECT min(rowid) FROM items)"
@@ -102,8 +101,7 @@ struct TamperTests {
         let t = try TemporaryStore()
         try t.add(genp("very-distinct-service", "very-distinct-account",
                        ["labl": .string("very-distinct-label"), "v_Data": .data(bytes("very-distinct-secret"))]))
-        let raw = try t.rawDatabase()
-        try raw.execute("PRAGMA wal_checkpoint(FULL)")
+        try t.editFile { try $0.execute("PRAGMA wal_checkpoint(FULL)") }
         let fileBytes = try readFile(t.directory + "/keychain.db") + (try? readFile(t.directory + "/keychain.db-wal") ?? [])!
         for needle in ["very-distinct-service", "very-distinct-account", "very-distinct-label", "very-distinct-secret"] {
             #expect(!contains(fileBytes, bytes(needle)), "\(needle) found in the database file")
