@@ -169,16 +169,25 @@ struct Context {
     var isInternetPassword: Bool { arguments["class"] == "internet-password" }
 }
 
-/// kSecAttrAccessible by the CLI's names.
+/// kSecAttrAccessible by the CLI's names: the Protection cases in kebab case
+/// (whenUnlockedThisDeviceOnly is when-unlocked-this-device-only).
 enum Accessible {
-    static let table: [(name: String, pdmn: String)] = [
-        ("when-unlocked", "ak"), ("after-first-unlock", "ck"), ("always", "dk"),
-        ("when-unlocked-this-device-only", "aku"), ("after-first-unlock-this-device-only", "cku"),
-        ("always-this-device-only", "dku"), ("when-passcode-set-this-device-only", "akpu"),
-    ]
+    static let table: [(name: String, pdmn: String)] = Protection.allCases.map { (kebab("\($0)"), $0.rawValue) }
     static var names: [String] { table.map(\.name) }
     static func pdmn(named name: String) -> String? { table.first { $0.name == name }?.pdmn }
     static func name(ofPdmn pdmn: String) -> String { table.first { $0.pdmn == pdmn }?.name ?? pdmn }
+
+    static func kebab(_ camel: String) -> String {
+        var out = ""
+        for c in camel {
+            if c.isUppercase {
+                out += "-" + c.lowercased()
+            } else {
+                out.append(c)
+            }
+        }
+        return out
+    }
 }
 
 /// A command: its spec and what it does.

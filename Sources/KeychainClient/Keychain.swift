@@ -7,16 +7,8 @@ import KeychainModel
 ///     try keychain.set("token", forKey: "alice")
 ///     let token = try keychain.string(forKey: "alice")   // "token", or nil if absent
 public struct Keychain: Sendable {
-    /// kSecAttrAccessible, by the names people know.
-    public enum Accessibility: String, Sendable, CaseIterable {
-        case whenUnlocked = "ak"
-        case afterFirstUnlock = "ck"
-        case always = "dk"
-        case whenUnlockedThisDeviceOnly = "aku"
-        case afterFirstUnlockThisDeviceOnly = "cku"
-        case alwaysThisDeviceOnly = "dku"
-        case whenPasscodeSetThisDeviceOnly = "akpu"
-    }
+    /// kSecAttrAccessible, by the names people know (.whenUnlocked, .afterFirstUnlock, ...).
+    public typealias Accessibility = Protection
 
     public let service: String
     /// nil: the caller's default group.

@@ -48,13 +48,14 @@ public enum DaemonProcess {
         thread.start()
     }
 
-    /// Creates the directory that holds a default socket path, 0700, and checks that a
-    /// directory under /tmp is ours and private (another user could have made it first).
+    /// Creates the directory that holds a default socket path and checks that a directory
+    /// under /tmp is ours and private (another user could have made it first). /run/keychaind
+    /// is 0755 so that the socket's own mode decides who may connect; /tmp ones are 0700.
     public static func prepareSocketDirectory(for socketPath: String) throws {
         guard let slash = socketPath.lastIndex(of: "/") else { return }
         let dir = String(socketPath[..<slash])
         guard !dir.isEmpty else { return }
-        if mkdir(dir, 0o700) != 0 && errno != EEXIST {
+        if mkdir(dir, dir.hasPrefix("/tmp/") ? 0o700 : 0o755) != 0 && errno != EEXIST {
             throw KeychainError(.io, "cannot create \(dir): \(String(cString: strerror(errno)))")
         }
         if dir.hasPrefix("/tmp/") {
