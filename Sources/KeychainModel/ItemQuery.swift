@@ -65,6 +65,8 @@ public struct ItemQuery: Sendable, Equatable {
     public var data: [UInt8]?
     /// kSecValuePersistentRef.
     public var persistentRef: PersistentRef?
+    /// kSecAttrAccessControl, when given.
+    public var accessControl: AccessControl?
 
     public var returnsAnything: Bool { returnData || returnAttributes || returnRef || returnPersistentRef }
 
@@ -112,6 +114,9 @@ public struct ItemQuery: Sendable, Equatable {
 
         for (key, value) in dict where key != "class" && key != "v_PersistentRef" {
             try apply(key: key, value: value, operation: operation)
+        }
+        if let control = accessControl, operation == .add {
+            attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"]).rawValue)
         }
         if persistentRef != nil, operation == .copyMatching, !attributes.isEmpty {
             throw .param("a query with v_PersistentRef may not name other attributes")
@@ -182,6 +187,10 @@ public struct ItemQuery: Sendable, Equatable {
 
     private mutating func applyAttribute(code: String, value: AttributeValue, operation: ItemOperation) throws(KeychainError) {
         if code == "nleg" { return }  // kSecUseDataProtectionKeychain: always this keychain
+        if code == "accc" {
+            accessControl = try AccessControl(value)
+            return
+        }
         guard let spec = Self.spec(code, in: itemClass) else {
             throw KeychainError(.noSuchAttribute, "class \(itemClass.rawValue) has no attribute \(code)")
         }
@@ -231,6 +240,7 @@ public struct ItemQuery: Sendable, Equatable {
 public struct ItemChanges: Sendable, Equatable {
     public var attributes: AttributeDictionary = [:]
     public var data: [UInt8]?
+    private var accessControl: AccessControl?
 
     public var isEmpty: Bool { attributes.isEmpty && data == nil }
 
@@ -254,6 +264,10 @@ public struct ItemChanges: Sendable, Equatable {
                 continue
             }
             if key == "nleg" { continue }
+            if key == "accc" {
+                accessControl = try AccessControl(value)
+                continue
+            }
             guard let spec = ItemQuery.spec(key, in: cls) else {
                 throw KeychainError(.noSuchAttribute, "class \(cls.rawValue) has no attribute \(key) to update")
             }
@@ -265,6 +279,49 @@ public struct ItemChanges: Sendable, Equatable {
             }
             attributes[key] = try ItemQuery.coerce(value, spec: spec)
         }
+        if let control = accessControl {
+            attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"]).rawValue)
+        }
+    }
+}
+
+/// kSecAttrAccessControl: a protection class plus optional constraints (Apple's
+/// SecAccessControlCreateFlags). On the wire a string: the pdmn code, optionally followed by
+/// `;` and the flags as a decimal number ("ak", "ak;1"). Constraints need an authentication UI
+/// (biometry, device passcode prompts), which keychaind does not have: they are refused.
+public struct AccessControl: Sendable, Equatable {
+    public let protection: Protection
+    public let flags: UInt32
+
+    init(_ value: AttributeValue) throws(KeychainError) {
+        guard case .string(let text) = value else {
+            throw .param("accc must be a string: a pdmn code, optionally with ;flags (e.g. \"ak\" or \"ak;1\")")
+        }
+        let parts = text.split(separator: ";", omittingEmptySubsequences: false)
+        guard parts.count <= 2, let p = Protection(rawValue: String(parts[0])) else {
+            throw .param("accc must name a protection class (ak, ck, dk, aku, cku, dku, akpu), optionally with ;flags")
+        }
+        var parsed: UInt32 = 0
+        if parts.count == 2 {
+            guard let f = UInt32(parts[1]) else { throw .param("accc flags must be a decimal number") }
+            parsed = f
+        }
+        protection = p
+        flags = parsed
+    }
+
+    /// The pdmn an item gets. pdmn and accc together must agree (same protection, no
+    /// constraints), as in securityd; constraints alone are unimplemented.
+    func reconcile(with pdmn: AttributeValue?) throws(KeychainError) -> Protection {
+        if let pdmn {
+            guard flags == 0, pdmn == .string(protection.rawValue) else {
+                throw .param("conflicting kSecAttrAccessible (pdmn) and kSecAttrAccessControl (accc)")
+            }
+        }
+        guard flags == 0 else {
+            throw KeychainError(.unimplemented, "access-control constraints need an authentication UI, which keychaind does not have; use accc without flags or pdmn")
+        }
+        return protection
     }
 }
 
