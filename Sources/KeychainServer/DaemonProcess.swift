@@ -55,7 +55,10 @@ public enum DaemonProcess {
         guard let slash = socketPath.lastIndex(of: "/") else { return }
         let dir = String(socketPath[..<slash])
         guard !dir.isEmpty else { return }
-        if mkdir(dir, dir.hasPrefix("/tmp/") ? 0o700 : 0o755) != 0 && errno != EEXIST {
+        let mode: mode_t = dir.hasPrefix("/tmp/") ? 0o700 : 0o755
+        if mkdir(dir, mode) == 0 {
+            chmod(dir, mode)  // the daemon's umask (077) applied to mkdir
+        } else if errno != EEXIST {
             throw KeychainError(.io, "cannot create \(dir): \(String(cString: strerror(errno)))")
         }
         if dir.hasPrefix("/tmp/") {
