@@ -37,6 +37,9 @@ final class StoreExecutor: @unchecked Sendable {
 
     /// Runs `request` against the store and returns its response.
     func submit(_ request: Request, from caller: Caller) -> Response {
+        if case .copyMatching(let query) = request {
+            return search(query, from: caller, request: request)
+        }
         guard request.writesItems else {
             storeLock.lock()
             defer { storeLock.unlock() }
@@ -66,6 +69,43 @@ final class StoreExecutor: @unchecked Sendable {
         }
         for j in group { j.done = true }
         return job.response
+    }
+
+    /// A read holds the lock only for its SQL lookup: parsing before it, and decryption and
+    /// the result after it, run on the caller's thread alongside other calls.
+    private func search(_ query: AttributeDictionary, from caller: Caller, request: Request) -> Response {
+        storeLock.lock()
+        let current = handler
+        storeLock.unlock()
+        guard let handler = current else { return Self.stopping }
+        let store = handler.store
+        do throws(KeychainError) {
+            guard let prepared = try store.prepareSearch(query, scope: handler.policy.scope(for: caller)) else {
+                return locked { $0.handle(request, from: caller) }
+            }
+            storeLock.lock()
+            let fetched: FetchedRows
+            do throws(KeychainError) {
+                fetched = try store.fetch(prepared)
+            } catch {
+                storeLock.unlock()
+                throw error
+            }
+            storeLock.unlock()
+            guard let result = try store.finish(prepared, fetched) else {
+                return locked { $0.handle(request, from: caller) }
+            }
+            return Response(result: result)
+        } catch {
+            return Response(error: error)
+        }
+    }
+
+    private func locked(_ body: (RequestHandler) -> Response) -> Response {
+        storeLock.lock()
+        defer { storeLock.unlock() }
+        guard let handler else { return Self.stopping }
+        return body(handler)
     }
 
     /// Releases the store once in-flight calls are done (its class keys are zeroed as the last

@@ -40,6 +40,8 @@ public struct RowFilter: Sendable {
     public var sync: Int64?
     public var persistentID: [UInt8]?
     public var hashes: [(code: String, hash: [UInt8])] = []
+    /// At most this many rows (SQL LIMIT), or all.
+    public var limit: Int?
 
     public init(itemClass: ItemClass, accessGroups: [String], protection: Protection? = nil, sync: Int64? = nil,
                 persistentID: [UInt8]? = nil, hashes: [(code: String, hash: [UInt8])] = []) {
@@ -136,6 +138,7 @@ public struct ItemTable {
             values.append(.blob(hash))
         }
         sql += " ORDER BY rowid"
+        if let limit = filter.limit { sql += " LIMIT \(limit)" }
         try db.query(sql, values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
     }
 
