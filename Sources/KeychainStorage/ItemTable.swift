@@ -118,34 +118,63 @@ public struct ItemTable {
         return db.changes
     }
 
-    /// Calls `body` for each row the filter selects, in rowid order, until it returns false.
+    /// Calls `body` for each row the filter selects, in SQLite's scan order, until it returns false.
     /// `body` must not use the table (collect rows first to change them).
     public func forEach(_ filter: RowFilter, _ body: (ItemRow) throws(KeychainError) -> Bool) throws(KeychainError) {
         guard !filter.accessGroups.isEmpty else { return }
         let head = Self.classSQL[filter.itemClass]!
         let codes = head.codes
-        var sql = head.select
+        // Hash conditions in column order, so that one shape always binds in one order.
+        let hashes = filter.hashes.sorted { Self.columnIndex[$0.code]! < Self.columnIndex[$1.code]! }
         var values: [SQLValue] = []
-        values.reserveCapacity(filter.accessGroups.count + filter.hashes.count + 3)
-        sql += " AND agrp IN (\(filter.accessGroups.map { _ in "?" }.joined(separator: ", ")))"
+        values.reserveCapacity(filter.accessGroups.count + hashes.count + 3)
         values += filter.accessGroups.map(SQLValue.text)
-        if let p = filter.protection { sql += " AND pdmn = ?"; values.append(.text(p.rawValue)) }
-        if let s = filter.sync { sql += " AND sync = ?"; values.append(.int(s)) }
-        if let id = filter.persistentID { sql += " AND persistref = ?"; values.append(.blob(id)) }
-        for (code, hash) in filter.hashes {
+        if let p = filter.protection { values.append(.text(p.rawValue)) }
+        if let s = filter.sync { values.append(.int(s)) }
+        if let id = filter.persistentID { values.append(.blob(id)) }
+        var columnMask: UInt64 = 0
+        for (code, hash) in hashes {
             precondition(codes.contains(code), "\(code) is not a column of \(filter.itemClass.rawValue)")
-            sql += " AND h_\(code) = ?"
+            columnMask |= 1 << UInt64(Self.columnIndex[code]!)
             values.append(.blob(hash))
         }
-        sql += " ORDER BY rowid"
-        if let limit = filter.limit { sql += " LIMIT \(limit)" }
-        try db.query(sql, values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
+        let limit = filter.limit.flatMap { $0 < 1 << 20 ? $0 : nil }
+        func sql() -> String {
+            var sql = head.select
+            sql += " AND agrp IN (\(filter.accessGroups.map { _ in "?" }.joined(separator: ", ")))"
+            if filter.protection != nil { sql += " AND pdmn = ?" }
+            if filter.sync != nil { sql += " AND sync = ?" }
+            if filter.persistentID != nil { sql += " AND persistref = ?" }
+            for (code, _) in hashes { sql += " AND h_\(code) = ?" }
+            // No ORDER BY: results come in index order, as in securityd, and a sort would cost
+            // a temporary B-tree on every lookup.
+            if let limit { sql += " LIMIT \(limit)" }
+            return sql
+        }
+        guard filter.accessGroups.count < 256 else {
+            try db.query(sql(), values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
+            return
+        }
+        // The shape: class, group count, which optional conditions, which columns, limit.
+        let classIndex = UInt64(ItemClass.stored.firstIndex(of: filter.itemClass)!)
+        var shape = classIndex | UInt64(filter.accessGroups.count) << 2
+        if filter.protection != nil { shape |= 1 << 10 }
+        if filter.sync != nil { shape |= 1 << 11 }
+        if filter.persistentID != nil { shape |= 1 << 12 }
+        shape |= columnMask << 13  // 25 columns: bits 13...37
+        if let limit { shape |= UInt64(limit + 1) << 38 }  // up to 2^20: bits 38...58
+        try db.query(shape: shape, sql: sql, values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
     }
+
+    /// Position of each hashed column in Schema.hashedColumns.
+    private static let columnIndex: [String: Int] = Dictionary(
+        uniqueKeysWithValues: Schema.hashedColumns.enumerated().map { ($1, $0) })
 
     private func readRows(_ s: Statement, codes: [String], _ body: (ItemRow) throws(KeychainError) -> Bool) throws(KeychainError) {
         while try s.step() {
             guard let cls = ItemClass(rawValue: s.text(1)) else { continue }
             var hashes: [String: [UInt8]] = [:]
+            hashes.reserveCapacity(codes.count)
             for (i, code) in codes.enumerated() where !s.isNull(Int32(9 + i)) {
                 hashes[code] = s.blob(Int32(9 + i))
             }

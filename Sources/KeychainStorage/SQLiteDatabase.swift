@@ -15,6 +15,7 @@ public enum SQLValue: Sendable, Equatable {
 public final class SQLiteDatabase {
     private var handle: OpaquePointer?
     private var cache: [String: Statement] = [:]
+    private var shapeCache: [UInt64: Statement] = [:]
     public let path: String
 
     /// Opens (creating if needed) the database at `path`; durable settings: WAL with
@@ -49,6 +50,7 @@ public final class SQLiteDatabase {
     }
 
     deinit {
+        shapeCache.removeAll()
         cache.removeAll()
         sqlite3_close_v2(handle)
     }
@@ -70,6 +72,23 @@ public final class SQLiteDatabase {
     public func query<T>(_ sql: String, _ values: [SQLValue] = [],
                          _ body: (Statement) throws(KeychainError) -> T) throws(KeychainError) -> T {
         let s = try statement(sql)
+        defer { s.reset() }
+        try s.bind(values)
+        return try body(s)
+    }
+
+    /// Like `query(_:_:_:)`, for statements generated from a small description: the cache is
+    /// keyed by `shape` (which must determine the SQL), so a hot lookup neither rebuilds nor
+    /// hashes its SQL text; `sql` runs only on the first use of a shape.
+    public func query<T>(shape: UInt64, sql: () -> String, _ values: [SQLValue],
+                         _ body: (Statement) throws(KeychainError) -> T) throws(KeychainError) -> T {
+        let s: Statement
+        if let cached = shapeCache[shape] {
+            s = cached
+        } else {
+            s = try statement(sql())
+            shapeCache[shape] = s
+        }
         defer { s.reset() }
         try s.bind(values)
         return try body(s)
