@@ -54,6 +54,22 @@ public struct ByteReader {
         return v
     }
 
+    /// `n` bytes as text, or nil if they are not valid UTF-8. ASCII (nearly every key and most
+    /// values) takes a fast path; the general validator is only run on other bytes.
+    public mutating func utf8(_ n: Int) throws(KeychainError) -> String? {
+        guard n >= 0, n <= remaining else { throw fail("truncated input: wanted \(n) bytes, \(remaining) left") }
+        defer { offset += n }
+        return bytes.withUnsafeBufferPointer { all -> String? in
+            let slice = UnsafeBufferPointer(rebasing: all[offset..<(offset + n)])
+            var ascii = true
+            for b in slice where b >= 0x80 {
+                ascii = false
+                break
+            }
+            return ascii ? String(decoding: slice, as: UTF8.self) : String(validating: slice, as: UTF8.self)
+        }
+    }
+
     /// u32 length then bytes, with the length checked against what is left before copying.
     public mutating func lengthPrefixed(max: Int) throws(KeychainError) -> [UInt8] {
         let n = Int(try u32())
@@ -112,9 +128,7 @@ public enum AttributeCodec {
         for _ in 0..<count {
             let klen = Int(try r.u16())
             guard klen > 0, klen <= 64 else { throw r.fail("key length \(klen) is out of range") }
-            guard let key = String(validating: try r.take(klen), as: UTF8.self) else {
-                throw r.fail("a key is not valid UTF-8")
-            }
+            guard let key = try r.utf8(klen) else { throw r.fail("a key is not valid UTF-8") }
             let value = try decodeValue(from: &r, key: key, maxValueBytes: maxValueBytes)
             guard dict.updateValue(value, forKey: key) == nil else { throw r.fail("key \(key) appears twice") }
         }
@@ -127,8 +141,9 @@ public enum AttributeCodec {
         let tag = try r.u8()
         switch Tag(rawValue: tag) {
         case .string:
-            let b = try r.lengthPrefixed(max: maxValueBytes)
-            guard let s = String(validating: b, as: UTF8.self) else { throw r.fail("\(key) is not valid UTF-8") }
+            let n = Int(try r.u32())
+            guard n <= maxValueBytes else { throw r.fail("field of \(n) bytes exceeds the limit of \(maxValueBytes)") }
+            guard let s = try r.utf8(n) else { throw r.fail("\(key) is not valid UTF-8") }
             return .string(s)
         case .data: return .data(try r.lengthPrefixed(max: maxValueBytes))
         case .int: return .int(Int64(bitPattern: try r.u64()))
