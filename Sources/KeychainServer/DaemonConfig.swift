@@ -27,6 +27,9 @@ public struct DaemonConfig: Sendable, Equatable {
     public var argon2 = Argon2Parameters.standard
     public var adminUIDs: [UInt32]?
     public var logLevel = "info"
+    public var lockGraceSeconds = 10
+    public var autoLockSeconds = 0
+    public var eraseAfterFailures = 0
 
     public init() {}
 
@@ -86,6 +89,9 @@ public struct DaemonConfig: Sendable, Equatable {
                 }
                 return UInt32(i)
             }
+        case "lock_grace_seconds": lockGraceSeconds = try int(0...3_600)
+        case "auto_lock_seconds": autoLockSeconds = try int(0...604_800)
+        case "erase_after_failures": eraseAfterFailures = try int(0...1_000)
         case "log_level":
             let level = try string()
             guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
@@ -142,6 +148,9 @@ public struct DaemonConfig: Sendable, Equatable {
         server.maxConnections = maxConnections
         server.socketMode = socketMode
         if let adminUIDs { server.policy = AccessPolicy(adminUIDs: Set(adminUIDs)) }
+        server.lockPolicy.gracePeriod = Double(lockGraceSeconds)
+        server.lockPolicy.autoLockAfter = Double(autoLockSeconds)
+        server.lockPolicy.eraseAfterFailures = eraseAfterFailures
         return server
     }
 }

@@ -27,13 +27,15 @@ public enum DaemonProcess {
         signal(SIGPIPE, SIG_IGN)
     }
 
-    /// Blocks SIGTERM, SIGINT and SIGHUP in every thread (call before starting any), and calls
-    /// `onStop` from a dedicated thread when SIGTERM or SIGINT arrives, `onReload` on SIGHUP.
+    /// Blocks SIGTERM, SIGINT, SIGHUP and SIGUSR1 in every thread (call before starting any),
+    /// and calls, from a dedicated thread, `onStop` on SIGTERM or SIGINT, `onLock` on SIGUSR1
+    /// (the host's lock event) and `onReload` on SIGHUP.
     public static func watchSignals(onStop: @escaping @Sendable (Int32) -> Void,
+                                    onLock: @escaping @Sendable () -> Void = {},
                                     onReload: @escaping @Sendable () -> Void = {}) {
         var set = sigset_t()
         sigemptyset(&set)
-        for s in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&set, s) }
+        for s in [SIGTERM, SIGINT, SIGHUP, SIGUSR1] { sigaddset(&set, s) }
         pthread_sigmask(SIG_BLOCK, &set, nil)
         let watched = set
         let thread = Thread {
@@ -41,7 +43,11 @@ public enum DaemonProcess {
             while true {
                 var sig: Int32 = 0
                 guard sigwait(&set, &sig) == 0 else { continue }
-                if sig == SIGHUP { onReload() } else { onStop(sig) }
+                switch sig {
+                case SIGHUP: onReload()
+                case SIGUSR1: onLock()
+                default: onStop(sig)
+                }
             }
         }
         thread.name = "keychaind-signals"

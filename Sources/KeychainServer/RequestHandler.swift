@@ -1,37 +1,56 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import KeychainModel
 import KeychainProtocol
 import KeychainStore
 
-/// The daemon's lock state as `keychain status` shows it, derived from which class keys the
-/// store holds (the full state machine with its events is issue 4).
-public enum LockState: String, Sendable {
-    case lockedSinceBoot, unlocked, locked
+/// How the lock state behaves (config: lock_grace_seconds, auto_lock_seconds,
+/// erase_after_failures).
+public struct LockPolicy: Sendable, Equatable {
+    /// Seconds the WhenUnlocked keys stay after a lock event (Apple: 10).
+    public var gracePeriod: Double = 10
+    /// Lock after this many seconds without any call; 0: never.
+    public var autoLockAfter: Double = 0
+    /// Erase the keychain after this many wrong passcodes in a row; 0: never.
+    public var eraseAfterFailures = 0
 
-    init(_ store: ItemStore) {
-        if !store.hasPasscode || store.isAvailable(.whenUnlocked) {
-            self = .unlocked
-        } else if store.isAvailable(.afterFirstUnlock) {
-            self = .locked
-        } else {
-            self = .lockedSinceBoot
-        }
-    }
+    public init() {}
 }
 
-/// Turns one request into one response against the store. Runs on the store's own thread
-/// only (StoreExecutor), so it needs no locking of its own.
-struct RequestHandler {
+/// Turns one request into one response against the store, and owns the lock state and the
+/// wrong-passcode counter. Used only under the StoreExecutor's lock, so it needs no locking of
+/// its own.
+final class RequestHandler {
     let store: ItemStore
     let policy: AccessPolicy
+    let lockPolicy: LockPolicy
+    private(set) var machine: LockStateMachine
+    private var throttle: PasscodeThrottle
+    private let log: (String) -> Void
     static let version = "0.1.0"
 
+    init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, log: @escaping (String) -> Void) throws(KeychainError) {
+        self.store = store
+        self.policy = policy
+        self.lockPolicy = lockPolicy
+        self.log = log
+        machine = LockStateMachine(hasPasscode: store.hasPasscode, at: Clock.monotonic(),
+                                   gracePeriod: lockPolicy.gracePeriod, autoLockAfter: lockPolicy.autoLockAfter)
+        let saved = try store.passcodeFailures()
+        throttle = PasscodeThrottle(failures: saved.failures, lastFailure: saved.lastFailure)
+    }
+
     func handle(_ request: Request, from caller: Caller) -> Response {
+        noteActivity()
         do {
             return try perform(request, caller: caller)
         } catch {
             return Response(error: error)
         }
     }
+
+    func noteActivity() { machine.activity(at: Clock.monotonic()) }
 
     private func perform(_ request: Request, caller: Caller) throws(KeychainError) -> Response {
         if request.isAdministrative && !policy.isAdmin(caller) {
@@ -48,28 +67,126 @@ struct RequestHandler {
         case .delete(let dict):
             try store.delete(dict, scope: scope)
         case .status:
-            let info: AttributeDictionary = [
-                "version": .string(Self.version),
-                "state": .string(LockState(store).rawValue),
-                "passcode": .bool(store.hasPasscode),
-                "groups": .string(scope.groups.joined(separator: ",")),
-            ]
-            return Response(result: .single(.attributes(info)))
+            return Response(result: .single(.attributes(status(scope))))
         case .lock:
-            store.lock()
-        case .unlock(let passcode):
-            if store.hasPasscode {
-                try store.unlock(passcode: passcode)
-            } else {
-                try store.unlockWithoutPasscode()
+            guard store.hasPasscode else {
+                throw KeychainError(.param, "no passcode is set, so the keychain cannot be locked; set one with `keychain passcode set`")
             }
+            lock(reason: "lock call from \(caller)")
+        case .unlock(let passcode):
+            guard store.hasPasscode else { return Response() }  // always unlocked without one
+            try withThrottle { () throws(KeychainError) in try store.unlock(passcode: passcode) }
+            machine.unlocked(at: Clock.monotonic())
+            log("unlocked by \(caller)")
         case .setPasscode(let new):
             try store.setPasscode(new)
+            log("passcode set by \(caller)")
         case .changePasscode(let old, let new):
-            try store.changePasscode(old: old, new: new)
+            try withThrottle { () throws(KeychainError) in try store.changePasscode(old: old, new: new) }
+            log("passcode changed by \(caller)")
         case .removePasscode(let current):
-            try store.removePasscode(current: current)
+            let deleted = try withThrottle { () throws(KeychainError) in try store.removePasscode(current: current) }
+            machine.passcodeRemoved(at: Clock.monotonic())
+            log("passcode removed by \(caller); \(deleted) when-passcode-set item(s) deleted")
         }
         return Response()
+    }
+
+    /// A lock event from any source: the keys go at once or after the grace period.
+    func lock(reason: String) {
+        let actions = machine.lock(at: Clock.monotonic())
+        if machine.purgeAt != nil || !actions.isEmpty {
+            log("locked (\(reason)); WhenUnlocked keys purged \(lockPolicy.gracePeriod > 0 ? "in \(Int(lockPolicy.gracePeriod)) s" : "now")")
+        }
+        apply(actions)
+    }
+
+    /// Time-driven events: grace periods ending, idle auto-lock.
+    func tick() {
+        let wasUnlocked = machine.state == .unlocked
+        let actions = machine.tick(at: Clock.monotonic(), hasPasscode: store.hasPasscode)
+        if wasUnlocked && machine.state == .locked { log("locked (idle for \(Int(lockPolicy.autoLockAfter)) s)") }
+        apply(actions)
+    }
+
+    func nextDeadline() -> Double? { machine.nextDeadline(hasPasscode: store.hasPasscode) }
+
+    private func apply(_ actions: [LockStateMachine.Action]) {
+        for action in actions {
+            switch action {
+            case .purgeWhenUnlockedKeys:
+                store.lock()
+                log("WhenUnlocked class keys purged")
+            }
+        }
+    }
+
+    /// Runs a passcode check under the escalating-delay schedule: refused while a delay is in
+    /// force; a wrong passcode counts (and may erase, if configured); a right one resets.
+    private func withThrottle<T>(_ body: () throws(KeychainError) -> T) throws(KeychainError) -> T {
+        let now = Clock.wall()
+        let wait = throttle.retryAfter(at: now)
+        guard wait <= 0 else {
+            throw KeychainError(.authFailed, "too many wrong passcodes (\(throttle.failures)): try again in \(Int(wait.rounded(.up))) s")
+        }
+        do {
+            let result = try body()
+            if throttle.failures > 0 {
+                throttle.succeeded()
+                try? store.savePasscodeFailures(0, lastFailure: 0)
+            }
+            return result
+        } catch where error.status == .authFailed {
+            throttle.failed(at: now)
+            try? store.savePasscodeFailures(throttle.failures, lastFailure: throttle.lastFailure)
+            log("wrong passcode (\(throttle.failures) in a row)")
+            if lockPolicy.eraseAfterFailures > 0 && throttle.failures >= lockPolicy.eraseAfterFailures {
+                try store.erase()
+                throttle.succeeded()
+                machine.passcodeRemoved(at: Clock.monotonic())
+                log("keychain ERASED after \(lockPolicy.eraseAfterFailures) wrong passcodes (erase_after_failures)")
+                throw KeychainError(.authFailed, "the passcode is not correct; after \(lockPolicy.eraseAfterFailures) wrong passcodes the keychain has been erased")
+            }
+            let next = PasscodeThrottle.delay(afterFailures: throttle.failures)
+            throw KeychainError(.authFailed, next > 0
+                ? "the passcode is not correct; \(throttle.failures) wrong in a row: next attempt in \(Int(next)) s"
+                : "the passcode is not correct")
+        }
+    }
+
+    private func status(_ scope: AccessScope) -> AttributeDictionary {
+        let mono = Clock.monotonic()
+        let wall = Clock.wall()
+        var info: AttributeDictionary = [
+            "version": .string(Self.version),
+            "state": .string(machine.state.rawValue),
+            "since": .date(wall - (mono - machine.since) - absoluteTimeIntervalSince1970),
+            "passcode": .bool(store.hasPasscode),
+            "groups": .string(scope.groups.joined(separator: ",")),
+            "failed_attempts": .int(Int64(throttle.failures)),
+            "retry_after": .int(Int64(throttle.retryAfter(at: wall).rounded(.up))),
+        ]
+        if let s = machine.secondsUntilAutoLock(at: mono, hasPasscode: store.hasPasscode) {
+            info["auto_lock_in"] = .int(Int64(s.rounded(.up)))
+        }
+        if let purge = machine.purgeAt {
+            info["purge_in"] = .int(Int64(max(0, purge - mono).rounded(.up)))
+        }
+        return info
+    }
+}
+
+/// The daemon's clocks: monotonic for time-outs, wall for what must survive a restart.
+enum Clock {
+    static func monotonic() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    static func wall() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }

@@ -18,6 +18,7 @@ public struct ServerConfiguration: Sendable {
     /// Mode of the socket file.
     public var socketMode: mode_t = 0o600
     public var policy = AccessPolicy()
+    public var lockPolicy = LockPolicy()
 
     public init(socketPath: String, store: StoreConfiguration) {
         self.socketPath = socketPath
@@ -51,7 +52,9 @@ public final class KeychainServer: @unchecked Sendable {
         } catch {
             throw KeychainError(.io, "cannot listen on \(configuration.socketPath): \(error)")
         }
-        executor = StoreExecutor(store: store, policy: configuration.policy)
+        let log = logger
+        executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
+                                     log: { log.notice("\($0)") })
         logger.info("keychaind ready", metadata: [
             "socket": "\(configuration.socketPath)", "state": "\(configuration.store.stateDirectory)",
             "lock": "\(store.hasPasscode ? "lockedSinceBoot" : "unlocked")",
@@ -109,6 +112,12 @@ public final class KeychainServer: @unchecked Sendable {
         executor.stop()
         unlink(configuration.socketPath)
         logger.info("keychaind stopped")
+    }
+
+    /// A lock event from the host: SIGUSR1, which a session-lock or suspend hook sends
+    /// (docs/security.md, "Lock events").
+    public func lock(reason: String) {
+        executor.lock(reason: reason)
     }
 
     /// Stops accepting, lets in-flight calls finish and closes idle connections. Safe to call

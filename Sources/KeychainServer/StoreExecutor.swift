@@ -31,8 +31,51 @@ final class StoreExecutor: @unchecked Sendable {
     private let queueLock = NSLock()
     private var pending: [Job] = []
 
-    init(store: ItemStore, policy: AccessPolicy) {
-        handler = RequestHandler(store: store, policy: policy)
+    /// Wakes the timer thread early (a lock event may have set an earlier deadline).
+    private let timerCondition = NSCondition()
+    private var timerStopping = false
+    private let timerDone = DispatchSemaphore(value: 0)
+
+    init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, log: @escaping (String) -> Void) throws(KeychainError) {
+        handler = try RequestHandler(store: store, policy: policy, lockPolicy: lockPolicy, log: log)
+        let thread = Thread { [self] in self.runTimer() }
+        thread.name = "keychaind-lock-timer"
+        thread.start()
+    }
+
+    /// A lock event from the host (a signal, a session-lock hook).
+    func lock(reason: String) {
+        storeLock.lock()
+        handler?.lock(reason: reason)
+        storeLock.unlock()
+        wakeTimer()
+    }
+
+    private func wakeTimer() {
+        timerCondition.lock()
+        timerCondition.signal()
+        timerCondition.unlock()
+    }
+
+    /// Runs time-driven lock events (grace periods ending, idle auto-lock) when they are due.
+    private func runTimer() {
+        while true {
+            storeLock.lock()
+            handler?.tick()
+            let deadline = handler?.nextDeadline()
+            storeLock.unlock()
+            timerCondition.lock()
+            if timerStopping {
+                timerCondition.unlock()
+                break
+            }
+            let wait = deadline.map { max(0.001, $0 - Clock.monotonic()) } ?? 3600
+            _ = timerCondition.wait(until: Date().addingTimeInterval(wait))
+            let stop = timerStopping
+            timerCondition.unlock()
+            if stop { break }
+        }
+        timerDone.signal()
     }
 
     /// Runs `request` against the store and returns its response.
@@ -42,9 +85,10 @@ final class StoreExecutor: @unchecked Sendable {
         }
         guard request.writesItems else {
             storeLock.lock()
-            defer { storeLock.unlock() }
-            guard let handler else { return Self.stopping }
-            return handler.handle(request, from: caller)
+            let response = handler?.handle(request, from: caller) ?? Self.stopping
+            storeLock.unlock()
+            if request.isAdministrative { wakeTimer() }
+            return response
         }
         let job = Job(request, caller)
         queueLock.lock()
@@ -86,6 +130,7 @@ final class StoreExecutor: @unchecked Sendable {
             storeLock.lock()
             let fetched: FetchedRows
             do throws(KeychainError) {
+                handler.noteActivity()
                 fetched = try store.fetch(prepared)
             } catch {
                 storeLock.unlock()
@@ -111,6 +156,11 @@ final class StoreExecutor: @unchecked Sendable {
     /// Releases the store once in-flight calls are done (its class keys are zeroed as the last
     /// references go). Later calls are told the daemon is stopping.
     func stop() {
+        timerCondition.lock()
+        timerStopping = true
+        timerCondition.signal()
+        timerCondition.unlock()
+        timerDone.wait()
         storeLock.lock()
         handler = nil
         storeLock.unlock()

@@ -230,4 +230,24 @@ public struct ItemTable {
     public func saveKeybagRecord(_ bytes: [UInt8]) throws(KeychainError) {
         try db.run("INSERT INTO keybag(id, record) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET record = excluded.record", [.blob(bytes)])
     }
+
+    // MARK: wrong-passcode counter
+
+    public func lockout() throws(KeychainError) -> (failures: Int, lastFailure: Double) {
+        try db.query("SELECT failures, last_failure FROM lockout WHERE id = 1") { (s) throws(KeychainError) in
+            try s.step() ? (Int(s.int(0)), s.double(1)) : (0, 0)
+        }
+    }
+
+    public func saveLockout(failures: Int, lastFailure: Double) throws(KeychainError) {
+        try db.run("""
+            INSERT INTO lockout(id, failures, last_failure) VALUES (1, ?, ?)
+            ON CONFLICT(id) DO UPDATE SET failures = excluded.failures, last_failure = excluded.last_failure
+            """, [.int(Int64(failures)), .double(lastFailure)])
+    }
+
+    /// Deletes every item (the erase after too many wrong passcodes).
+    public func deleteAllItems() throws(KeychainError) {
+        try db.run("DELETE FROM items")
+    }
 }

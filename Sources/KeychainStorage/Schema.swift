@@ -39,6 +39,13 @@ public enum Schema {
             record BLOB NOT NULL
         );
         """),
+        ("v2: wrong-passcode counter", """
+        CREATE TABLE lockout(
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            failures INTEGER NOT NULL,
+            last_failure REAL NOT NULL
+        );
+        """),
     ]
 
     public static var currentVersion: Int { migrations.count }

@@ -104,6 +104,30 @@ public final class ItemStore {
         return deleted
     }
 
+    /// The persisted wrong-passcode counter: how many failures in a row, and when the last was
+    /// (seconds since 1970).
+    public func passcodeFailures() throws(KeychainError) -> (failures: Int, lastFailure: Double) {
+        try table.lockout()
+    }
+
+    public func savePasscodeFailures(_ failures: Int, lastFailure: Double) throws(KeychainError) {
+        try database.transaction { () throws(KeychainError) in
+            try table.saveLockout(failures: failures, lastFailure: lastFailure)
+        }
+    }
+
+    /// Erases the keychain: every item, the passcode and the class keys (new ones are made),
+    /// in one transaction. For the optional erase after too many wrong passcodes.
+    public func erase() throws(KeychainError) {
+        let fresh = try Keybag.create(deviceKey: deviceKey)
+        try database.transaction { () throws(KeychainError) in
+            try table.deleteAllItems()
+            try table.saveKeybagRecord(fresh.record.encoded())
+            try table.saveLockout(failures: 0, lastFailure: 0)
+        }
+        keybag = fresh
+    }
+
     /// Longest passcode accepted; longer input is refused, never truncated.
     public static let maxPasscodeBytes = 1024
 

@@ -55,6 +55,8 @@ struct Keychaind: ParsableCommand {
         DaemonProcess.watchSignals(onStop: { signal in
             logger.info("signal \(signal): stopping")
             running.stop()
+        }, onLock: {
+            running.lock(reason: "SIGUSR1 from the host")
         })
         do {
             if socket == nil && daemonConfig.socketPath == nil {
@@ -82,6 +84,13 @@ final class RunningServer: @unchecked Sendable {
         let stop = stopRequested
         lock.unlock()
         if stop { s.shutdown() }
+    }
+
+    func lock(reason: String) {
+        lock.lock()
+        let s = server
+        lock.unlock()
+        s?.lock(reason: reason)
     }
 
     /// Before the server exists (it binds its socket in init, so a client may already have

@@ -130,14 +130,7 @@ private func expectDaemonMatches(_ models: [ClientModel], _ d: RunningDaemon,
 /// A daemon whose idle and frame timeouts are long (60 s), so a slow client stays connected
 /// for the whole of a test unless the daemon misbehaves.
 private func patientDaemon() throws -> RunningDaemon {
-    let d = try RunningDaemon(start: false)
-    try """
-    idle_timeout_seconds = 60
-    frame_timeout_seconds = 60
-    log_level = "debug"
-    """.write(toFile: d.configPath, atomically: true, encoding: .utf8)
-    try d.start()
-    return d
+    try RunningDaemon(config: "idle_timeout_seconds = 60\nframe_timeout_seconds = 60")
 }
 
 /// Whether the daemon has closed (or written to) `socket`, without waiting.

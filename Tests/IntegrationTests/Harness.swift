@@ -33,12 +33,12 @@ final class RunningDaemon: @unchecked Sendable {
         stateDirectory = root + "/state"
         logPath = root + "/daemon.log"
         configPath = root + "/keychaind.toml"
-        let text = """
-        idle_timeout_seconds = 2
-        frame_timeout_seconds = 1
-        log_level = "debug"
-        \(config)
-        """
+        // Test defaults, unless `config` sets the key itself: short time-outs, no grace period.
+        let defaults = ["idle_timeout_seconds = 2", "frame_timeout_seconds = 1", "log_level = \"debug\"",
+                        "lock_grace_seconds = 0"]
+        let given = Set(config.split(separator: "\n").compactMap { $0.split(separator: "=").first.map { $0.trimmingCharacters(in: .whitespaces) } })
+        let text = (defaults.filter { !given.contains(String($0.split(separator: "=")[0]).trimmingCharacters(in: .whitespaces)) }
+                    + [config]).joined(separator: "\n") + "\n"
         try text.write(toFile: configPath, atomically: true, encoding: .utf8)
         if start { try self.start() }
     }

@@ -82,7 +82,7 @@ struct LifecycleTests {
         let message = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         p.waitUntilExit()
         #expect(p.terminationStatus != 0)
-        #expect(message.contains("line 4"))
+        #expect(message.contains("line 5"))  // after the harness's four default lines
         #expect(message.contains("no_such_key"))
     }
 }
