@@ -23,7 +23,12 @@ final class RunningDaemon: @unchecked Sendable {
     private(set) var process: Process?
 
     /// `config` lines are appended to the test defaults (Config/keychaind.toml documents keys).
-    init(config: String = "", start: Bool = true) throws {
+    /// Whether the daemon runs with KEYCHAIND_INSECURE_FAST_KDF=1 (tests that need the
+    /// configured Argon2id cost turn it off).
+    let fastKDF: Bool
+
+    init(config: String = "", start: Bool = true, fastKDF: Bool = true) throws {
+        self.fastKDF = fastKDF
         // Unix socket paths are limited to 108 bytes: keep the directory short.
         var template = Array("/tmp/kci.XXXXXX".utf8CString)
         guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
@@ -57,7 +62,7 @@ final class RunningDaemon: @unchecked Sendable {
         p.executableURL = URL(fileURLWithPath: Binaries.keychaind)
         p.arguments = ["--state-dir", stateDirectory, "--socket", socketPath, "--config", configPath]
         var env = ProcessInfo.processInfo.environment
-        env["KEYCHAIND_INSECURE_FAST_KDF"] = "1"
+        env["KEYCHAIND_INSECURE_FAST_KDF"] = fastKDF ? "1" : nil
         p.environment = env
         if !FileManager.default.fileExists(atPath: logPath) {
             FileManager.default.createFile(atPath: logPath, contents: nil)
