@@ -143,6 +143,17 @@ struct LockStateTests {
         #expect(try c.status()["state"] == .string("lockedSinceBoot"))
     }
 
+    @Test func emptyOrHugePasscodesAreParameterErrorsAndDoNotCount() throws {
+        let d = try RunningDaemon()
+        let c = KeychainConnection(socketPath: d.socketPath)
+        try c.setPasscode(passcode)
+        expectStatus(.param) { try c.unlock(passcode: []) }
+        expectStatus(.param) { try c.unlock(passcode: [UInt8](repeating: 0x61, count: 2000)) }
+        expectStatus(.param) { try c.unlock(passcode: [UInt8](repeating: 0x61, count: 5000)) }  // over the frame's field limit
+        #expect(try c.status()["failed_attempts"] == .int(0))
+        try c.unlock(passcode: passcode)
+    }
+
     @Test func theRightPasscodeResetsTheCount() throws {
         let d = try RunningDaemon()
         let c = KeychainConnection(socketPath: d.socketPath)
