@@ -42,6 +42,14 @@ public enum Request: Sendable, Equatable {
         }
     }
 
+    /// Calls on items: a caller with no access groups can make none of them.
+    public var needsAccessGroups: Bool {
+        switch self {
+        case .add, .copyMatching, .update, .delete: true
+        default: false
+        }
+    }
+
     /// Calls that write items, and so may share a group commit with others.
     public var writesItems: Bool {
         switch self {

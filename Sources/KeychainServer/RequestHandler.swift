@@ -23,7 +23,8 @@ public struct LockPolicy: Sendable, Equatable {
 /// its own.
 final class RequestHandler {
     let store: ItemStore
-    let policy: AccessPolicy
+    /// Replaced whole by a config reload (SIGHUP).
+    var policy: AccessPolicy
     let lockPolicy: LockPolicy
     private(set) var machine: LockStateMachine
     private var throttle: PasscodeThrottle
@@ -57,6 +58,9 @@ final class RequestHandler {
             throw KeychainError(.missingEntitlement, "\(request.operation) is an admin call; uid \(caller.uid) is not an admin of this keychaind")
         }
         let scope = policy.scope(for: caller)
+        if scope.groups.isEmpty && request.needsAccessGroups {
+            throw KeychainError(.missingEntitlement, policy.refusal(for: caller))
+        }
         switch request {
         case .add(let dict):
             return Response(result: try store.add(dict, scope: scope))

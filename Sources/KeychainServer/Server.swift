@@ -19,6 +19,9 @@ public struct ServerConfiguration: Sendable {
     public var socketMode: mode_t = 0o600
     public var policy = AccessPolicy()
     public var lockPolicy = LockPolicy()
+    /// The audit log (a file of JSON lines), if any.
+    public var auditLogPath: String?
+    public var auditIncludeNames = false
 
     public init(socketPath: String, store: StoreConfiguration) {
         self.socketPath = socketPath
@@ -53,8 +56,11 @@ public final class KeychainServer: @unchecked Sendable {
             throw KeychainError(.io, "cannot listen on \(configuration.socketPath): \(error)")
         }
         let log = logger
+        let audit = try configuration.auditLogPath.map {
+            try AuditLog(path: $0, includeNames: configuration.auditIncludeNames, log: { log.warning("\($0)") })
+        }
         executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
-                                     log: { log.notice("\($0)") })
+                                     audit: audit, log: { log.notice("\($0)") })
         logger.info("keychaind ready", metadata: [
             "socket": "\(configuration.socketPath)", "state": "\(configuration.store.stateDirectory)",
             "lock": "\(store.hasPasscode ? "lockedSinceBoot" : "unlocked")",
@@ -112,6 +118,13 @@ public final class KeychainServer: @unchecked Sendable {
         executor.stop()
         unlink(configuration.socketPath)
         logger.info("keychaind stopped")
+    }
+
+    /// Applies a new access policy (SIGHUP). The caller has validated the config; other
+    /// settings take effect at the next start.
+    public func reload(policy: AccessPolicy) {
+        executor.reload(policy: policy)
+        logger.notice("config reloaded: \(policy.applications.count) application(s), unknown callers: \(policy.unknownCallers.rawValue)")
     }
 
     /// A lock event from the host: SIGUSR1, which a session-lock or suspend hook sends

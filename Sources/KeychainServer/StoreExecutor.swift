@@ -36,8 +36,12 @@ final class StoreExecutor: @unchecked Sendable {
     private var timerStopping = false
     private let timerDone = DispatchSemaphore(value: 0)
 
-    init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, log: @escaping (String) -> Void) throws(KeychainError) {
+    private let audit: AuditLog?
+
+    init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
+         log: @escaping (String) -> Void) throws(KeychainError) {
         handler = try RequestHandler(store: store, policy: policy, lockPolicy: lockPolicy, log: log)
+        self.audit = audit
         let thread = Thread { [self] in self.runTimer() }
         thread.name = "keychaind-lock-timer"
         thread.start()
@@ -78,8 +82,29 @@ final class StoreExecutor: @unchecked Sendable {
         timerDone.signal()
     }
 
-    /// Runs `request` against the store and returns its response.
+    /// Runs `request` against the store, records it in the audit log, and returns its response.
     func submit(_ request: Request, from caller: Caller) -> Response {
+        let response = run(request, from: caller)
+        if let audit {
+            storeLock.lock()
+            let policy = handler?.policy
+            storeLock.unlock()
+            if let policy {
+                audit.record(request, caller: caller, app: policy.appID(for: caller),
+                             defaultGroup: policy.scope(for: caller).groups.first, response: response)
+            }
+        }
+        return response
+    }
+
+    /// Replaces the access policy (a config reload); calls already running finish under the old.
+    func reload(policy: AccessPolicy) {
+        storeLock.lock()
+        handler?.policy = policy
+        storeLock.unlock()
+    }
+
+    private func run(_ request: Request, from caller: Caller) -> Response {
         if case .copyMatching(let query) = request {
             return search(query, from: caller, request: request)
         }
@@ -120,11 +145,14 @@ final class StoreExecutor: @unchecked Sendable {
     private func search(_ query: AttributeDictionary, from caller: Caller, request: Request) -> Response {
         storeLock.lock()
         let current = handler
+        let policy = current?.policy
         storeLock.unlock()
-        guard let handler = current else { return Self.stopping }
+        guard let handler = current, let policy else { return Self.stopping }
         let store = handler.store
         do throws(KeychainError) {
-            guard let prepared = try store.prepareSearch(query, scope: handler.policy.scope(for: caller)) else {
+            let scope = policy.scope(for: caller)
+            if scope.groups.isEmpty { throw KeychainError(.missingEntitlement, policy.refusal(for: caller)) }
+            guard let prepared = try store.prepareSearch(query, scope: scope) else {
                 return locked { $0.handle(request, from: caller) }
             }
             storeLock.lock()

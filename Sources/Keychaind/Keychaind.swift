@@ -30,16 +30,14 @@ struct Keychaind: ParsableCommand {
         DaemonProcess.ensureBacktracesDisabled()
         var daemonConfig = DaemonConfig()
         if let path = config {
-            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-                throw ValidationError("cannot read config file \(path)")
-            }
             do {
-                daemonConfig = try DaemonConfig.parse(text)
+                daemonConfig = try Self.load(path)
             } catch {
-                throw ValidationError("\(path): \(error)")
+                throw ValidationError("\(error)")
             }
         }
-        var server = daemonConfig.serverConfiguration(stateDirectory: stateDirectory, socket: socket)
+        var server = daemonConfig.serverConfiguration(stateDirectory: stateDirectory, socket: socket,
+                                                      source: config ?? "the built-in defaults")
         if ProcessInfo.processInfo.environment["KEYCHAIND_INSECURE_FAST_KDF"] == "1" {
             server.store.argon2 = StoreConfiguration.argon2FromEnvironment()
         }
@@ -57,6 +55,16 @@ struct Keychaind: ParsableCommand {
             running.stop()
         }, onLock: {
             running.lock(reason: "SIGUSR1 from the host")
+        }, onReload: { [config] in
+            guard let path = config else {
+                logger.notice("SIGHUP: no --config file to reload")
+                return
+            }
+            do {
+                running.reload(policy: try Self.load(path).accessPolicy(source: path))
+            } catch {
+                logger.error("config reload failed, keeping the running one: \(error)")
+            }
         })
         do {
             if socket == nil && daemonConfig.socketPath == nil {
@@ -68,6 +76,20 @@ struct Keychaind: ParsableCommand {
         } catch {
             logger.critical("cannot start: \(error)")
             throw ExitCode.failure
+        }
+    }
+}
+
+extension Keychaind {
+    /// Reads and validates a config file; the error names the file and the line.
+    static func load(_ path: String) throws -> DaemonConfig {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw KeychainError(.io, "cannot read config file \(path)")
+        }
+        do {
+            return try DaemonConfig.parse(text)
+        } catch {
+            throw KeychainError(.param, "\(path): \(error)")
         }
     }
 }
@@ -84,6 +106,13 @@ final class RunningServer: @unchecked Sendable {
         let stop = stopRequested
         lock.unlock()
         if stop { s.shutdown() }
+    }
+
+    func reload(policy: AccessPolicy) {
+        lock.lock()
+        let s = server
+        lock.unlock()
+        s?.reload(policy: policy)
     }
 
     func lock(reason: String) {

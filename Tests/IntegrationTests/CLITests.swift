@@ -183,8 +183,16 @@ struct CLITests {
         #expect(try d.cli(["status"]).text.contains("passcode: false"))
     }
 
-    @Test func eachUidSeesOnlyItsOwnItemsByDefault() throws {
+    @Test func unknownUidsAreRefusedByDefault() throws {
         let d = try RunningDaemon(config: "socket_mode = \"0666\"")
+        let r = try d.cli(["get"] + item, asUser: 65534)
+        #expect(r.status == Exit.denied)
+        #expect(r.stderr.contains("matches no application"))
+        #expect(r.stderr.contains("[[app]]"))
+    }
+
+    @Test func withPrivateGroupsEachUnknownUidSeesOnlyItsOwnItems() throws {
+        let d = try RunningDaemon(config: "socket_mode = \"0666\"\nunknown_callers = \"private-group\"")
         _ = try d.cli(["add"] + item, input: bytes("root's"))
         #expect(try d.cli(["get"] + item, asUser: 65534).status == Exit.notFound)
         #expect(try d.cli(["add"] + item, input: bytes("nobody's"), asUser: 65534).status == Exit.success)

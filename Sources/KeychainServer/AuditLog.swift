@@ -1,0 +1,78 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import KeychainModel
+import KeychainProtocol
+
+/// The audit trail: one JSON line per call (time, caller uid/pid/app, operation, class,
+/// access group, result code) appended to a 0600 file. Never a secret; service, account and
+/// server only when the config asks. A full disk or any write error is logged once and
+/// serving goes on: an audit log must not take the keychain down.
+final class AuditLog: @unchecked Sendable {
+    private let fd: Int32
+    private let includeNames: Bool
+    private let lock = NSLock()
+    private var failing = false  // guarded by lock
+    private let log: (String) -> Void
+
+    init(path: String, includeNames: Bool, log: @escaping (String) -> Void) throws {
+        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else {
+            throw KeychainError(.io, "cannot open the audit log \(path): \(String(cString: strerror(errno)))")
+        }
+        self.fd = fd
+        self.includeNames = includeNames
+        self.log = log
+    }
+
+    deinit { close(fd) }
+
+    func record(_ request: Request, caller: Caller, app: String, defaultGroup: String?, response: Response) {
+        var fields: [(String, String)] = [
+            ("time", JSONText.quote(JSONText.iso8601(unix: Clock.wall(), milliseconds: true))),
+            ("uid", String(caller.uid)),
+            ("pid", String(caller.pid)),
+            ("app", JSONText.quote(app)),
+            ("op", JSONText.quote("\(request.operation)")),
+            ("status", String(response.status)),
+        ]
+        if let query = Self.query(of: request) {
+            if case .string(let cls)? = query["class"] { fields.append(("class", JSONText.quote(cls))) }
+            // The group the call named; else where an add goes, or "*" for all of the caller's.
+            let group: String
+            if case .string(let g)? = query["agrp"] {
+                group = g
+            } else if case .add = request {
+                group = defaultGroup ?? ""
+            } else {
+                group = "*"
+            }
+            fields.append(("group", JSONText.quote(group)))
+            if includeNames {
+                for (code, name) in [("svce", "service"), ("acct", "account"), ("srvr", "server")] {
+                    if case .string(let v)? = query[code] { fields.append((name, JSONText.quote(v))) }
+                }
+            }
+        }
+        var line = Array((JSONText.object(fields) + "\n").utf8)
+        lock.lock()
+        defer { lock.unlock() }
+        let written = line.withUnsafeMutableBytes { write(fd, $0.baseAddress!, $0.count) }
+        if written != line.count {
+            if !failing { log("audit log write failed (\(String(cString: strerror(errno)))); serving goes on, audit lines are being lost") }
+            failing = true
+        } else if failing {
+            failing = false
+            log("audit log writes work again")
+        }
+    }
+
+    private static func query(of request: Request) -> AttributeDictionary? {
+        switch request {
+        case .add(let d), .copyMatching(let d), .delete(let d): d
+        case .update(let q, _): q
+        default: nil
+        }
+    }
+}
