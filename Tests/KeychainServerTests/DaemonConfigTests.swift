@@ -65,3 +65,71 @@ struct DaemonConfigTests {
         #expect(server.idleTimeoutMs == 7000)
     }
 }
+
+@Suite("Applications in the config")
+struct ApplicationConfigTests {
+    @Test func theShippedExampleDescribesThreeAppsSharingOneGroup() throws {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../Config/apps-example.toml").standardized
+        let config = try DaemonConfig.parse(try String(contentsOf: url, encoding: .utf8))
+        #expect(config.applications.map(\.id) == ["com.example.web", "com.example.worker", "com.example.backup"])
+        #expect(config.applications.allSatisfy { $0.groups.contains("com.example.shared") })
+        #expect(config.applications[1].executables == ["/usr/local/bin/worker"])
+        #expect(config.unknownCallers == .refuse)
+        #expect(config.auditLogPath == "/var/lib/keychaind/audit.jsonl")
+    }
+
+    @Test func usersAreResolvedToUids() throws {
+        let config = try DaemonConfig.parse("[[app]]\nid = \"r\"\nusers = [\"root\"]\ngroups = [\"g\"]")
+        #expect(config.applications[0].uids == [0])
+    }
+
+    @Test(arguments: [
+        ("[[app]]\nid = \"a\"\nuids = [1]\ngroups = [\"g\"]\n[[app]]\nid = \"a\"\nuids = [2]\ngroups = [\"h\"]", 5, "used twice"),
+        ("[[app]]\nid = \"a\"\nuids = [1]\ngroups = []", 4, "at least one"),
+        ("[[app]]\nid = \"a\"\nuids = [1]", 1, "no groups"),
+        ("[[app]]\nid = \"a\"\ngroups = [\"g\"]", 1, "no uids"),
+        ("[[app]]\nuids = [1]\ngroups = [\"g\"]", 1, "no id"),
+        ("[[app]]\nid = \"a\"\nuids = [1]\ngroups = [\"g\"]\ncolour = \"red\"", 5, "unknown key colour"),
+        ("[[app]]\nid = \"a\"\nusers = [\"no-such-user-xyz\"]\ngroups = [\"g\"]", 3, "no such user"),
+        ("[[app]]\nid = \"a\"\nuids = [1]\nexecutables = [\"bin/x\"]\ngroups = [\"g\"]", 4, "absolute"),
+        ("[[app]]\nid = \"a\"\nuids = [1]\ngroups = [\"g\", \"g\"]", 4, "twice"),
+        ("[apps]", 1, "unknown section"),
+        ("unknown_callers = \"maybe\"", 1, "refuse"),
+    ])
+    func badApplicationsAreRefusedWithTheirLine(text: String, line: Int, message: String) {
+        do {
+            _ = try DaemonConfig.parse(text)
+            Issue.record("accepted: \(text)")
+        } catch {
+            #expect(error.line == line, "\(error)")
+            #expect(error.message.contains(message), "\(error.message)")
+        }
+    }
+
+    @Test func theFirstMatchingApplicationWinsAndExecutablesNarrowIt() {
+        let policy = AccessPolicy(applications: [
+            Application(id: "tool", uids: [5], executables: ["/usr/bin/tool"], groups: ["tool"]),
+            Application(id: "any", uids: [5], groups: ["any", "shared"]),
+        ])
+        let tool = Caller(pid: 1, uid: 5, gid: 5, executable: "/usr/bin/tool")
+        let other = Caller(pid: 2, uid: 5, gid: 5, executable: "/usr/bin/python3")
+        let stranger = Caller(pid: 3, uid: 6, gid: 6, executable: "/usr/bin/tool")
+        #expect(policy.scope(for: tool).groups == ["tool"])
+        #expect(policy.scope(for: other).groups == ["any", "shared"])
+        #expect(policy.scope(for: stranger).groups == [])
+        #expect(policy.refusal(for: stranger).contains("uid 6"))
+    }
+
+    @Test func privateGroupsForUnknownCallersWhenConfigured() {
+        let policy = AccessPolicy(applications: [], unknownCallers: .privateGroup)
+        #expect(policy.scope(for: Caller(pid: 1, uid: 42, gid: 42, executable: nil)).groups == ["uid.42"])
+    }
+
+    @Test func withoutApplicationsTheDaemonsOwnUidIsTheOwnerApp() {
+        let policy = AccessPolicy()
+        let me = Caller(pid: 1, uid: getuid(), gid: getgid(), executable: nil)
+        #expect(policy.application(for: me)?.id == "owner")
+        #expect(policy.scope(for: me).groups == ["uid.\(getuid())"])
+    }
+}
