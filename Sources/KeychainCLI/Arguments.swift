@@ -13,12 +13,14 @@ struct CommandSpec: Sendable {
     let options: [(name: String, help: String)]
     /// Options that take no value.
     let flags: [(name: String, help: String)]
+    /// The one positional argument the command takes, if any (its name for usage text).
+    var positional: String? = nil
 
     func accepts(option: String) -> Bool { options.contains { $0.name == option } }
     func accepts(flag: String) -> Bool { flags.contains { $0.name == flag } }
 
     var usage: String {
-        var lines = ["Usage: keychain \(name) [options]", "", summary, "", "Options:"]
+        var lines = ["Usage: keychain \(name) [options]\(positional.map { " " + $0 } ?? "")", "", summary, "", "Options:"]
         for (n, h) in options { lines.append("  --\(n) <value>".padding(34) + h) }
         for (n, h) in flags { lines.append("  --\(n)".padding(34) + h) }
         lines.append("  --help".padding(34) + "Show this help.")
@@ -44,7 +46,11 @@ struct Arguments {
                 continue
             }
             guard token.hasPrefix("--"), token.count > 2 else {
-                throw UsageError(message: "unexpected argument '\(token)'")
+                guard let name = spec.positional, values[name] == nil else {
+                    throw UsageError(message: "unexpected argument '\(token)'")
+                }
+                values[name] = token
+                continue
             }
             var name = String(token.dropFirst(2))
             var inline: String?

@@ -113,7 +113,10 @@ struct Context {
                                          ("message", JSON.quote(error.message))]))
             }
             Output.error("keychain: \(error.message) [\(error.status)]")
-            if let hint = ExitStatus.hint(for: error.status) { Output.error("hint: \(hint)") }
+            // Backup and restore messages say what to do themselves; the item hints would mislead.
+            if !["backup", "restore"].contains(arguments.spec.name), let hint = ExitStatus.hint(for: error.status) {
+                Output.error("hint: \(hint)")
+            }
             return ExitStatus.code(for: error.status)
         } catch {
             Output.error("keychain: \(error)")
@@ -290,6 +293,16 @@ let commands: [Command] = [
         try c.connection().unlock(passcode: passcode)
         c.printStatusJSON()
     },
+    Command(spec: CommandSpec(name: "backup", summary: "Write an encrypted backup of every item that may leave this device (admin; unlocked).",
+                              options: globalOptions + [("out", "The backup file to write (0600, atomically).")],
+                              flags: jsonFlag)) { c in
+        try BackupCommands.backup(c)
+    },
+    Command(spec: CommandSpec(name: "restore", summary: "Restore a backup file here, in one transaction (admin; unlocked).",
+                              options: globalOptions + [("on-conflict", "skip, replace or fail (default: fail, before writing anything).")],
+                              flags: jsonFlag, positional: "FILE")) { c in
+        try BackupCommands.restore(c)
+    },
     Command(spec: CommandSpec(name: "passcode set", summary: "Set a passcode where there is none (admin).",
                               options: globalOptions, flags: jsonFlag)) { c in
         var new = try SecretInput.passcode("New passcode")
@@ -313,6 +326,122 @@ let commands: [Command] = [
         c.printStatusJSON()
     },
 ]
+
+/// `keychain backup` and `keychain restore`.
+enum BackupCommands {
+    static func backup(_ c: Context) throws {
+        guard let out = c.arguments["out"] else { throw UsageError(message: "backup needs --out FILE") }
+        var password = try SecretInput.newPassword("Backup password")
+        defer { explicit_bzero(&password, password.count) }
+        let progress = Progress(label: "backup")
+        let (file, info) = try c.connection().backup(password: password, progress: progress.update)
+        progress.finish()
+        try AtomicFile.write(file, to: out)
+        if c.json {
+            Output.line(JSON.attributes(info.filter { $0.key != "session" }.merging(["file": .string(out)]) { $1 }))
+            return
+        }
+        Output.error("backed up \(ListCommand.text(info["items"])) item(s) to \(out); \(ListCommand.text(info["note"]))")
+    }
+
+    static func restore(_ c: Context) throws {
+        guard let path = c.arguments["FILE"] else { throw UsageError(message: "restore needs the backup FILE") }
+        let policy = try c.arguments.choice("on-conflict", ["skip", "replace", "fail"]) ?? "fail"
+        let file = try AtomicFile.read(path)
+        var password = try SecretInput.passcode("Backup password")
+        defer { explicit_bzero(&password, password.count) }
+        let progress = Progress(label: "restore")
+        let summary = try c.connection().restore(file, password: password, onConflict: policy, progress: progress.update)
+        progress.finish()
+        if c.json {
+            Output.line(JSON.attributes(summary))
+            return
+        }
+        Output.error("restored \(ListCommand.text(summary["restored"])), skipped \(ListCommand.text(summary["skipped"])), replaced \(ListCommand.text(summary["replaced"])); the backup notes: \(ListCommand.text(summary["note"]))")
+    }
+}
+
+/// A progress bar on a terminal (standard error), plain lines otherwise.
+final class Progress {
+    let label: String
+    let terminal = isatty(2) == 1
+    private var lastPercent = -1
+
+    init(label: String) { self.label = label }
+
+    func update(_ done: Int, _ total: Int) {
+        let percent = total == 0 ? 100 : done * 100 / total
+        guard percent != lastPercent else { return }
+        lastPercent = percent
+        if terminal {
+            let filled = percent * 30 / 100
+            let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: 30 - filled)
+            Output.errorRaw("\r\(label) [\(bar)] \(percent)% (\(done)/\(total) bytes)")
+        } else {
+            Output.error("\(label): \(percent)% (\(done)/\(total) bytes)")
+        }
+    }
+
+    func finish() {
+        if terminal && lastPercent >= 0 { Output.errorRaw("\n") }
+    }
+}
+
+/// Whole-file reads, and writes that never leave a half-written backup: a temporary file in
+/// the same directory (0600), fsync, rename, fsync of the directory.
+enum AtomicFile {
+    static func write(_ bytes: [UInt8], to path: String) throws(KeychainError) {
+        let tmp = path + ".tmp.\(getpid())"
+        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw KeychainError(.io, "cannot create \(tmp): \(String(cString: strerror(errno)))") }
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n <= 0 {
+                if n < 0 && errno == EINTR { continue }
+                let message = String(cString: strerror(errno))
+                close(fd)
+                unlink(tmp)
+                throw KeychainError(.io, "cannot write \(tmp): \(message)")
+            }
+            offset += n
+        }
+        guard fsync(fd) == 0 else {
+            close(fd)
+            unlink(tmp)
+            throw KeychainError(.io, "cannot sync \(tmp)")
+        }
+        close(fd)
+        guard rename(tmp, path) == 0 else {
+            unlink(tmp)
+            throw KeychainError(.io, "cannot rename \(tmp) to \(path): \(String(cString: strerror(errno)))")
+        }
+        let dir = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        let dfd = open(dir.isEmpty ? "/" : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 {
+            fsync(dfd)
+            close(dfd)
+        }
+    }
+
+    static func read(_ path: String) throws(KeychainError) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw KeychainError(.io, "cannot open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
+            if n == 0 { break }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw KeychainError(.io, "cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+            out += chunk[0..<n]
+        }
+        return out
+    }
+}
 
 enum ListCommand {
     static func run(_ c: Context) throws {

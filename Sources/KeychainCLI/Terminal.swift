@@ -84,6 +84,15 @@ enum SecretInput {
         return first
     }
 
+    /// A new password (asked twice on a terminal), else one line of standard input.
+    static func newPassword(_ label: String) throws(KeychainError) -> [UInt8] {
+        guard stdinIsTerminal else { return try readLine() }
+        let first = try prompt("\(label): ")
+        let second = try prompt("Again: ")
+        guard first == second else { throw KeychainError(.param, "the two entries differ") }
+        return first
+    }
+
     /// A passcode: a no-echo prompt on a terminal, else one line of standard input.
     static func passcode(_ label: String) throws(KeychainError) -> [UInt8] {
         stdinIsTerminal ? try prompt("\(label): ") : try readLine()
@@ -123,8 +132,10 @@ enum Output {
 
     static func line(_ s: String) { stdout(Array((s + "\n").utf8)) }
 
-    static func error(_ s: String) {
-        let bytes = Array((s + "\n").utf8)
+    static func error(_ s: String) { errorRaw(s + "\n") }
+
+    static func errorRaw(_ s: String) {
+        let bytes = Array(s.utf8)
         _ = bytes.withUnsafeBytes { write(2, $0.baseAddress!, $0.count) }
     }
 }

@@ -72,6 +72,54 @@ public final class KeychainConnection: Sendable {
     public func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) { _ = try call(.changePasscode(old: old, new: new)) }
     public func removePasscode(current: [UInt8]) throws(KeychainError) { _ = try call(.removePasscode(current: current)) }
 
+    // MARK: backup and restore (admin)
+
+    /// What a backup holds: `items`, `excluded` (ThisDeviceOnly items left out) and `note`.
+    public typealias BackupInfo = AttributeDictionary
+
+    /// An encrypted backup of every item that may leave this device, sealed by the daemon
+    /// under `password` (docs/backup-format.md). `progress` gets (bytes received, total).
+    public func backup(password: [UInt8], progress: (Int, Int) -> Void = { _, _ in }) throws(KeychainError) -> (file: [UInt8], info: BackupInfo) {
+        guard case .single(.attributes(let info)) = try call(.backupBegin(password: password)).result,
+              case .int(let session)? = info["session"], case .int(let size)? = info["size"] else {
+            throw KeychainError(.decode, "keychaind's backup answer has an unexpected shape")
+        }
+        var file: [UInt8] = []
+        file.reserveCapacity(Int(size))
+        while file.count < Int(size) {
+            guard case .single(.data(let chunk)) = try call(.backupRead(session: UInt64(session), offset: UInt64(file.count))).result,
+                  !chunk.isEmpty else {
+                throw KeychainError(.decode, "keychaind sent an empty piece of the backup")
+            }
+            file += chunk
+            progress(file.count, Int(size))
+        }
+        return (file, info)
+    }
+
+    /// Restores a backup file made by `backup` (on this device or another) in one
+    /// transaction. `onConflict`: "fail" (nothing restored if any item exists already), "skip"
+    /// or "replace". Returns `restored`, `skipped`, `replaced`, `excluded` and `note`.
+    public func restore(_ file: [UInt8], password: [UInt8], onConflict: String = "fail",
+                        progress: (Int, Int) -> Void = { _, _ in }) throws(KeychainError) -> AttributeDictionary {
+        guard case .single(.attributes(let begun)) = try call(.restoreBegin(size: UInt64(file.count))).result,
+              case .int(let session)? = begun["session"] else {
+            throw KeychainError(.decode, "keychaind's restore answer has an unexpected shape")
+        }
+        var offset = 0
+        while offset < file.count {
+            let end = min(file.count, offset + Request.chunkBytes)
+            _ = try call(.restoreWrite(session: UInt64(session), offset: UInt64(offset), bytes: Array(file[offset..<end])))
+            offset = end
+            progress(offset, file.count)
+        }
+        guard case .single(.attributes(let summary)) = try call(
+            .restoreCommit(session: UInt64(session), password: password, onConflict: onConflict)).result else {
+            throw KeychainError(.decode, "keychaind's restore summary has an unexpected shape")
+        }
+        return summary
+    }
+
     // MARK: transport
 
     /// Sends one request and returns the daemon's successful response, or throws its error.

@@ -12,11 +12,26 @@ public enum Request: Sendable, Equatable {
     case setPasscode(new: [UInt8])
     case changePasscode(old: [UInt8], new: [UInt8])
     case removePasscode(current: [UInt8])
+    /// Seals a backup of every migratable item under `password`; the result gives a session
+    /// to read the file from, and its size.
+    case backupBegin(password: [UInt8])
+    /// Up to `Request.chunkBytes` of the backup file from `offset`.
+    case backupRead(session: UInt64, offset: UInt64)
+    /// Starts receiving a backup file of `size` bytes.
+    case restoreBegin(size: UInt64)
+    /// The bytes of the file at `offset`.
+    case restoreWrite(session: UInt64, offset: UInt64, bytes: [UInt8])
+    /// Opens the received file with `password` and restores it in one transaction.
+    case restoreCommit(session: UInt64, password: [UInt8], onConflict: String)
+
+    /// The largest piece of a backup file moved in one call.
+    public static let chunkBytes = 512 << 10
 
     /// Operation codes on the wire.
     public enum Operation: UInt8, Sendable, CaseIterable {
         case add = 1, copyMatching = 2, update = 3, delete = 4, status = 5
         case lock = 6, unlock = 7, setPasscode = 8, changePasscode = 9, removePasscode = 10
+        case backupBegin = 11, backupRead = 12, restoreBegin = 13, restoreWrite = 14, restoreCommit = 15
     }
 
     public var operation: Operation {
@@ -31,13 +46,19 @@ public enum Request: Sendable, Equatable {
         case .setPasscode: .setPasscode
         case .changePasscode: .changePasscode
         case .removePasscode: .removePasscode
+        case .backupBegin: .backupBegin
+        case .backupRead: .backupRead
+        case .restoreBegin: .restoreBegin
+        case .restoreWrite: .restoreWrite
+        case .restoreCommit: .restoreCommit
         }
     }
 
     /// Calls that change the lock state or the passcode: admin callers only.
     public var isAdministrative: Bool {
         switch self {
-        case .lock, .unlock, .setPasscode, .changePasscode, .removePasscode: true
+        case .lock, .unlock, .setPasscode, .changePasscode, .removePasscode,
+             .backupBegin, .backupRead, .restoreBegin, .restoreWrite, .restoreCommit: true
         default: false
         }
     }
@@ -107,6 +128,21 @@ public enum WireCodec {
         case .changePasscode(let old, let new):
             w.lengthPrefixed(old)
             w.lengthPrefixed(new)
+        case .backupBegin(let p):
+            w.lengthPrefixed(p)
+        case .backupRead(let session, let offset):
+            w.u64(session)
+            w.u64(offset)
+        case .restoreBegin(let size):
+            w.u64(size)
+        case .restoreWrite(let session, let offset, let bytes):
+            w.u64(session)
+            w.u64(offset)
+            w.lengthPrefixed(bytes)
+        case .restoreCommit(let session, let password, let onConflict):
+            w.u64(session)
+            w.lengthPrefixed(password)
+            w.lengthPrefixed(Array(onConflict.utf8))
         }
         return w.bytes
     }
@@ -137,6 +173,20 @@ public enum WireCodec {
         case .changePasscode:
             let old = try passcode(&r)
             request = .changePasscode(old: old, new: try passcode(&r))
+        case .backupBegin: request = .backupBegin(password: try passcode(&r))
+        case .backupRead: request = .backupRead(session: try r.u64(), offset: try r.u64())
+        case .restoreBegin: request = .restoreBegin(size: try r.u64())
+        case .restoreWrite:
+            let session = try r.u64()
+            let offset = try r.u64()
+            request = .restoreWrite(session: session, offset: offset, bytes: try r.lengthPrefixed(max: Request.chunkBytes))
+        case .restoreCommit:
+            let session = try r.u64()
+            let password = try passcode(&r)
+            guard let policy = String(validating: try r.lengthPrefixed(max: 16), as: UTF8.self) else {
+                throw KeychainError(.param, "the conflict policy is not UTF-8")
+            }
+            request = .restoreCommit(session: session, password: password, onConflict: policy)
         }
         guard r.isAtEnd else { throw KeychainError(.param, "\(r.remaining) unexpected bytes after the request") }
         return request

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import KeychainCrypto
 import KeychainModel
 import KeychainProtocol
 import KeychainStore
@@ -28,6 +29,7 @@ final class RequestHandler {
     let lockPolicy: LockPolicy
     private(set) var machine: LockStateMachine
     private var throttle: PasscodeThrottle
+    private var transfers = BackupTransfers()
     private let log: (String) -> Void
     static let version = "0.1.0"
 
@@ -92,8 +94,54 @@ final class RequestHandler {
             let deleted = try withThrottle { () throws(KeychainError) in try store.removePasscode(current: current) }
             machine.passcodeRemoved(at: Clock.monotonic())
             log("passcode removed by \(caller); \(deleted) when-passcode-set item(s) deleted")
+        case .backupBegin(let password):
+            return Response(result: .single(.attributes(try backup(password: password, caller: caller))))
+        case .backupRead(let session, let offset):
+            return Response(result: .single(.data(try transfers.read(session, offset: offset))))
+        case .restoreBegin(let size):
+            let session = try transfers.expect(size: size, at: Clock.monotonic())
+            return Response(result: .single(.attributes(["session": .int(Int64(session))])))
+        case .restoreWrite(let session, let offset, let bytes):
+            try transfers.write(session, offset: offset, bytes: bytes)
+        case .restoreCommit(let session, let password, let onConflict):
+            return Response(result: .single(.attributes(try restore(session, password: password, onConflict: onConflict, caller: caller))))
         }
         return Response()
+    }
+
+    /// Seals every migratable item into a backup file held for the client to read.
+    private func backup(password: [UInt8], caller: Caller) throws(KeychainError) -> AttributeDictionary {
+        try ItemStore.checkBackupPassword(password)
+        let (items, excluded) = try store.exportMigratableItems()
+        var payload = BackupPayload.encode(items)
+        defer { Sodium.wipe(&payload) }
+        let note = excluded == 0 ? "no ThisDeviceOnly items" :
+            "\(excluded) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
+        let file = try BackupFile.seal(payload: payload, itemCount: items.count, excludedCount: excluded, note: note,
+                                       password: password, parameters: store.configuration.argon2)
+        let session = try transfers.offer(file, at: Clock.monotonic())
+        log("backup of \(items.count) item(s) for \(caller); \(excluded) ThisDeviceOnly item(s) left out")
+        return ["session": .int(Int64(session)), "size": .int(Int64(file.count)),
+                "items": .int(Int64(items.count)), "excluded": .int(Int64(excluded)), "note": .string(note)]
+    }
+
+    /// Opens a received backup file and restores it in one transaction.
+    private func restore(_ session: UInt64, password: [UInt8], onConflict: String, caller: Caller) throws(KeychainError) -> AttributeDictionary {
+        guard let policy = ConflictPolicy(rawValue: onConflict) else {
+            throw KeychainError(.param, "on-conflict must be skip, replace or fail")
+        }
+        let file = try transfers.take(session)
+        var (header, payload) = try BackupFile.open(file, password: password)
+        defer { Sodium.wipe(&payload) }
+        let items = try BackupPayload.decode(payload)
+        guard items.count == header.itemCount else {
+            throw KeychainError(.decode, "the backup holds \(items.count) items but its header says \(header.itemCount)")
+        }
+        let summary = try store.importItems(items, onConflict: policy)
+        log("restore for \(caller): \(summary.restored) restored, \(summary.skipped) skipped, \(summary.replaced) replaced")
+        return ["restored": .int(Int64(summary.restored)), "skipped": .int(Int64(summary.skipped)),
+                "replaced": .int(Int64(summary.replaced)), "excluded": .int(Int64(header.excludedCount)),
+                "note": .string(header.note)]
     }
 
     /// A lock event from any source: the keys go at once or after the grace period.

@@ -166,6 +166,23 @@ public struct ItemTable {
         try db.query(shape: shape, sql: sql, values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
     }
 
+    /// Every row of one class and protection class, whatever its group (for backups).
+    public func forEachRow(of cls: ItemClass, protection: Protection, _ body: (ItemRow) throws(KeychainError) -> Bool) throws(KeychainError) {
+        let head = Self.classSQL[cls]!
+        try db.query(head.select + " AND pdmn = ?", [.text(protection.rawValue)]) { (s) throws(KeychainError) in
+            try readRows(s, codes: head.codes, body)
+        }
+    }
+
+    /// How many rows each protection class holds.
+    public func countByProtection() throws(KeychainError) -> [String: Int] {
+        try db.query("SELECT pdmn, count(*) FROM items GROUP BY pdmn") { (s) throws(KeychainError) in
+            var out: [String: Int] = [:]
+            while try s.step() { out[s.text(0)] = Int(s.int(1)) }
+            return out
+        }
+    }
+
     /// Position of each hashed column in Schema.hashedColumns.
     private static let columnIndex: [String: Int] = Dictionary(
         uniqueKeysWithValues: Schema.hashedColumns.enumerated().map { ($1, $0) })

@@ -131,6 +131,14 @@ public final class ItemStore {
     /// Longest passcode accepted; longer input is refused, never truncated.
     public static let maxPasscodeBytes = 1024
 
+    /// A backup password follows the passcode's limits.
+    public static func checkBackupPassword(_ password: [UInt8]) throws(KeychainError) {
+        guard !password.isEmpty else { throw KeychainError(.param, "the backup password is empty") }
+        guard password.count <= maxPasscodeBytes else {
+            throw KeychainError(.param, "the backup password is longer than \(maxPasscodeBytes) bytes")
+        }
+    }
+
     static func checkPasscode(_ passcode: [UInt8]) throws(KeychainError) {
         guard !passcode.isEmpty else { throw KeychainError(.param, "the passcode is empty") }
         guard passcode.count <= maxPasscodeBytes else {

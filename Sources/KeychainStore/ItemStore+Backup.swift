@@ -1,0 +1,137 @@
+import KeychainCrypto
+import KeychainModel
+import KeychainStorage
+
+/// What a restore does with an item whose primary key is already taken.
+public enum ConflictPolicy: String, Sendable, CaseIterable {
+    /// Keep the existing item.
+    case skip
+    /// Replace it with the backup's.
+    case replace
+    /// Restore nothing at all if any item conflicts (the default).
+    case fail
+}
+
+/// What a restore did.
+public struct RestoreSummary: Sendable, Equatable {
+    public var restored = 0
+    public var skipped = 0
+    public var replaced = 0
+
+    public init(restored: Int = 0, skipped: Int = 0, replaced: Int = 0) {
+        self.restored = restored
+        self.skipped = skipped
+        self.replaced = replaced
+    }
+}
+
+extension ItemStore {
+    /// The protection classes whose items may leave this device.
+    public static let migratable: [Protection] = [.whenUnlocked, .afterFirstUnlock, .always]
+
+    /// Every item that may leave the device (ak, ck, dk), each as one dictionary: `class`, every
+    /// attribute (group, protection class and dates included) and `v_Data`; and how many
+    /// ThisDeviceOnly items were left out. Needs the keychain unlocked; altered rows are left
+    /// out too (they cannot be read).
+    public func exportMigratableItems() throws(KeychainError) -> (items: [AttributeDictionary], excluded: Int) {
+        for pdmn in Self.migratable where !isAvailable(pdmn) {
+            throw KeychainError(.interactionNotAllowed, "the keychain is locked: unlock it before a backup")
+        }
+        var items: [AttributeDictionary] = []
+        for cls in ItemClass.stored {
+            for pdmn in Self.migratable {
+                let key = try classKey(pdmn)
+                try table.forEachRow(of: cls, protection: pdmn) { (row) throws(KeychainError) -> Bool in
+                    guard let item = try? codec.open(row, classKey: key, withAttributes: true) else { return true }
+                    var dict = item.attributes
+                    dict["class"] = .string(cls.rawValue)
+                    dict["v_Data"] = .data(item.data)
+                    items.append(dict)
+                    return true
+                }
+            }
+        }
+        let counts = try table.countByProtection()
+        let excluded = Protection.allCases.filter(\.isThisDeviceOnly).reduce(0) { $0 + (counts[$1.rawValue] ?? 0) }
+        return (items, excluded)
+    }
+
+    /// Adds the items of a backup, sealed under this device's class keys, in one transaction:
+    /// all of them or, on any error (or any conflict under `.fail`), none.
+    public func importItems(_ items: [AttributeDictionary], onConflict: ConflictPolicy) throws(KeychainError) -> RestoreSummary {
+        try database.transaction { () throws(KeychainError) -> RestoreSummary in
+            var summary = RestoreSummary()
+            var conflicts = 0
+            for dict in items {
+                let (cls, attributes, data) = try Self.backupItem(dict)
+                let pdmn = Protection(rawValue: attributes["pdmn"]!.stringValue!)!
+                let row = codec.seal(cls, attributes: attributes, data: data,
+                                     persistentID: Sodium.randomBytes(16), classKey: try classKey(pdmn))
+                do throws(KeychainError) {
+                    _ = try table.insert(row)
+                    summary.restored += 1
+                } catch where error.status == .duplicateItem {
+                    conflicts += 1
+                    switch onConflict {
+                    case .fail: continue  // counted; nothing is kept below
+                    case .skip: summary.skipped += 1
+                    case .replace:
+                        if let holder = try table.primaryKeyHolder(of: row) { try table.delete(rowid: holder.rowid) }
+                        _ = try table.insert(row)
+                        summary.replaced += 1
+                    }
+                }
+            }
+            if onConflict == .fail && conflicts > 0 {
+                throw KeychainError(.duplicateItem, "\(conflicts) of the backup's \(items.count) items already exist here; nothing was restored (choose --on-conflict skip or replace)")
+            }
+            return summary
+        }
+    }
+
+    /// Checks one backup item: a stored class, a migratable protection class, the common
+    /// attributes present, and every attribute one the class has.
+    static func backupItem(_ dict: AttributeDictionary) throws(KeychainError) -> (ItemClass, AttributeDictionary, [UInt8]) {
+        guard case .string(let code)? = dict["class"], let cls = ItemClass(rawValue: code), let schema = ClassSchema.of(cls) else {
+            throw KeychainError(.decode, "a backup item has no valid class")
+        }
+        guard case .data(let data)? = dict["v_Data"] else { throw KeychainError(.decode, "a backup item has no secret") }
+        var attributes = dict
+        attributes["class"] = nil
+        attributes["v_Data"] = nil
+        guard case .string(let p)? = attributes["pdmn"], let pdmn = Protection(rawValue: p), migratable.contains(pdmn),
+              case .string(let agrp)? = attributes["agrp"], !agrp.isEmpty,
+              case .int? = attributes["sync"], case .date? = attributes["cdat"], case .date? = attributes["mdat"] else {
+            throw KeychainError(.decode, "a backup item lacks its group, protection class or dates")
+        }
+        for code in attributes.keys where schema.spec(code) == nil {
+            throw KeychainError(.decode, "a backup item has attribute \(code), which class \(cls.rawValue) does not")
+        }
+        for spec in schema.primaryKey where attributes[spec.code] == nil {
+            attributes[spec.code] = spec.defaultValue
+        }
+        return (cls, attributes, data)
+    }
+}
+
+/// The payload of a backup file: u32 item count, then each item as an attribute dictionary
+/// (docs/backup-format.md).
+public enum BackupPayload {
+    public static func encode(_ items: [AttributeDictionary]) -> [UInt8] {
+        var w = ByteWriter(capacity: items.count * 256)
+        w.u32(UInt32(items.count))
+        for item in items { AttributeCodec.encode(item, into: &w) }
+        return w.bytes
+    }
+
+    public static func decode(_ bytes: [UInt8]) throws(KeychainError) -> [AttributeDictionary] {
+        var r = ByteReader(bytes, failure: .decode)
+        let count = Int(try r.u32())
+        guard count <= bytes.count else { throw KeychainError(.decode, "the backup payload claims \(count) items") }
+        var items: [AttributeDictionary] = []
+        items.reserveCapacity(count)
+        for _ in 0..<count { items.append(try AttributeCodec.decode(from: &r)) }
+        guard r.isAtEnd else { throw KeychainError(.decode, "the backup payload has trailing bytes") }
+        return items
+    }
+}
