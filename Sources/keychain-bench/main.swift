@@ -11,6 +11,7 @@ struct Options {
     var clients = [1, 8]
     var skipCLI = false
     var getsPerClient = 20_000
+    var backupItems = 10_000
 
     init(_ args: [String]) {
         var i = 0
@@ -21,8 +22,9 @@ struct Options {
             case "--clients": clients = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
             case "--gets": getsPerClient = Int(args[i + 1]) ?? getsPerClient; i += 1
             case "--skip-cli": skipCLI = true
+            case "--backup": backupItems = Int(args[i + 1]) ?? backupItems; i += 1
             default:
-                print("usage: keychain-bench [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--skip-cli]")
+                print("usage: keychain-bench [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--skip-cli] [--backup ITEMS (0: none)]")
                 exit(64)
             }
             i += 1
@@ -90,8 +92,8 @@ func item(_ i: Int) -> AttributeDictionary {
 }
 
 /// Starts a private keychaind from beside this binary, on a temporary directory.
-func startDaemon() -> (Process, String, String) {
-    let dir = "/tmp/kcbench.\(getpid())"
+func startDaemon(suffix: String = "") -> (Process, String, String) {
+    let dir = "/tmp/kcbench.\(getpid())\(suffix)"
     mkdir(dir, 0o700)
     let socket = dir + "/s.sock"
     let p = Process()
@@ -205,6 +207,32 @@ if !options.skipCLI {
     } else {
         print("cli    keyctl not installed (apt-get install keyutils) — no yardstick")
     }
+}
+
+// Backup and restore of many items: the whole call, Argon2id at the daemon's cost included.
+if options.backupItems > 0 && options.socket == nil {
+    try? setup.delete(["class": .string("genp"), "svce": .string("bench")])
+    _ = measure(clients: 8, count: options.backupItems, socket: socket) { conn, i in
+        var d = item(i)
+        d["pdmn"] = .string("dk")
+        d["v_Data"] = .data(Array("secret-value-\(i)".utf8))
+        try conn.add(d)
+    }
+    let password = Array("bench backup password".utf8)
+    var t0 = now()
+    let (file, info) = try! setup.backup(password: password)
+    let backupMs = Double(now() - t0) / 1e6
+    let items: Int64 = { if case .int(let n)? = info["items"] { return n } else { return -1 } }()
+    print(String(format: "backup  items=%lld  file=%d bytes  time=%.0fms", items, file.count, backupMs))
+    let (other, otherSocket, otherDir) = startDaemon(suffix: "restore")
+    t0 = now()
+    let summary = try! KeychainConnection(socketPath: otherSocket).restore(file, password: password)
+    let restoreMs = Double(now() - t0) / 1e6
+    let restored: Int64 = { if case .int(let n)? = summary["restored"] { return n } else { return -1 } }()
+    print(String(format: "restore items=%lld  time=%.0fms", restored, restoreMs))
+    other.terminate()
+    other.waitUntilExit()
+    try? FileManager.default.removeItem(atPath: otherDir)
 }
 
 if let (p, _, dir) = daemon {
