@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "keychaind", targets: ["Keychaind"]),
         .executable(name: "keychain", targets: ["keychain"]),
         .executable(name: "keychain-bench", targets: ["keychain-bench"]),
+        .executable(name: "git-credential-keychain", targets: ["git-credential-keychain"]),
         .library(name: "KeychainClient", targets: ["KeychainClient"]),
         .library(name: "KeychainStore", targets: ["KeychainStore"]),
     ],
@@ -64,6 +65,12 @@ let package = Package(
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
         .executableTarget(name: "keychain-bench", dependencies: ["KeychainClient"]),
+        .target(name: "GitCredential", dependencies: ["KeychainClient"]),
+        // Static like the CLI: git starts it for every fetch and push.
+        .executableTarget(
+            name: "git-credential-keychain", dependencies: ["GitCredential"],
+            linkerSettings: [.unsafeFlags(["-static-executable"])]
+        ),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
         // Spawns the real keychaind and keychain binaries, which `swift build --build-tests`

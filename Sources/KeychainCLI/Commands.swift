@@ -130,12 +130,6 @@ struct Context {
 
     // MARK: item naming
 
-    static let protocolCodes: [String: String] = [
-        "https": "htps", "http": "http", "ftp": "ftp ", "ftps": "ftps", "ssh": "ssh ", "smtp": "smtp",
-        "imap": "imap", "imaps": "imps", "pop3": "pop3", "pop3s": "pops", "ldap": "ldap", "ldaps": "ldps",
-        "smb": "smb ", "telnet": "teln", "irc": "irc ", "ircs": "ircs", "socks": "sox ",
-    ]
-
     /// The query naming the items: class, service/account, internet fields, access group.
     func itemQuery() throws(UsageError) -> AttributeDictionary {
         let a = arguments
@@ -151,7 +145,7 @@ struct Context {
         if let v = a["service"] { q["svce"] = .string(v) }
         if let v = a["account"] { q["acct"] = .string(v) }
         if let v = a["server"] { q["srvr"] = .string(v) }
-        if let v = a["protocol"] { q["ptcl"] = .string(Self.protocolCodes[v.lowercased()] ?? v) }
+        if let v = a["protocol"] { q["ptcl"] = .string(InternetProtocol.code(v)) }
         if let v = try a.integer("port", in: 0...65535) { q["port"] = .int(Int64(v)) }
         if let v = a["path"] { q["path"] = .string(v) }
         if let v = a["access-group"] { q["agrp"] = .string(v) }

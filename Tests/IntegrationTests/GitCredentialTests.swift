@@ -1,0 +1,136 @@
+import Foundation
+import KeychainClient
+import KeychainModel
+import Testing
+
+/// git-credential-keychain driven by the real `git credential fill/approve/reject`.
+@Suite("The git credential helper", .serialized)
+struct GitCredentialTests {
+    static var helper: String { Binaries.directory + "/git-credential-keychain" }
+
+    /// Runs git (or the helper itself) with a private global config naming the helper.
+    func run(_ d: RunningDaemon, _ executable: String, _ arguments: [String], input: String,
+             useHttpPath: Bool = false, asUser uid: UInt32? = nil) throws -> CLIResult {
+        let config = d.root + "/gitconfig"
+        try "[credential]\n\thelper = \(Self.helper)\n\tuseHttpPath = \(useHttpPath)\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        chmod(config, 0o644)
+        let p = Process()
+        if let uid {
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            p.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", executable] + arguments
+        } else {
+            p.executableURL = URL(fileURLWithPath: executable)
+            p.arguments = arguments
+        }
+        p.environment = ["KEYCHAIN_SOCKET": d.socketPath, "GIT_CONFIG_GLOBAL": config, "GIT_CONFIG_NOSYSTEM": "1",
+                         "GIT_TERMINAL_PROMPT": "0", "HOME": d.root, "PATH": "/usr/bin:/bin"]
+        let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
+        p.standardInput = stdin
+        p.standardOutput = stdout
+        p.standardError = stderr
+        try p.run()
+        stdin.fileHandleForWriting.write(Data(input.utf8))
+        try stdin.fileHandleForWriting.close()
+        let out = stdout.fileHandleForReading.readDataToEndOfFile()
+        let err = stderr.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return CLIResult(status: p.terminationStatus, stdout: Array(out), stderr: String(decoding: err, as: UTF8.self))
+    }
+
+    func git(_ d: RunningDaemon, _ action: String, _ input: String, useHttpPath: Bool = false, asUser uid: UInt32? = nil) throws -> CLIResult {
+        try run(d, "/usr/bin/git", ["credential", action], input: input, useHttpPath: useHttpPath, asUser: uid)
+    }
+
+    let bob = "protocol=https\nhost=git.example.com\nusername=bob\npassword=s3cret-token\n"
+
+    @Test func approveThenFillReturnsTheStoredCredential() throws {
+        let d = try RunningDaemon()
+        #expect(try git(d, "approve", bob).status == 0)
+        let fill = try git(d, "fill", "protocol=https\nhost=git.example.com\n")
+        #expect(fill.status == 0, "\(fill.stderr)")
+        #expect(fill.text.contains("username=bob\n"))
+        #expect(fill.text.contains("password=s3cret-token\n"))
+        // It is an internet password the CLI finds too.
+        let cli = try d.cli(["get", "--class", "internet-password", "--server", "git.example.com", "--protocol", "https", "--account", "bob"])
+        #expect(cli.stdout == bytes("s3cret-token"))
+    }
+
+    @Test func rejectErasesTheCredentialAndGitFallsBackToAsking() throws {
+        let d = try RunningDaemon()
+        _ = try git(d, "approve", bob)
+        #expect(try git(d, "reject", bob).status == 0)
+        let fill = try git(d, "fill", "protocol=https\nhost=git.example.com\n")
+        #expect(fill.status != 0)  // no helper answer, and prompts are off
+        #expect(!fill.text.contains("s3cret-token"))
+    }
+
+    @Test func rejectWithAnotherPasswordKeepsTheStoredOne() throws {
+        let d = try RunningDaemon()
+        _ = try git(d, "approve", bob)
+        _ = try run(d, Self.helper, ["erase"], input: "protocol=https\nhost=git.example.com\nusername=bob\npassword=old-one\n")
+        #expect(try git(d, "fill", "protocol=https\nhost=git.example.com\n").text.contains("password=s3cret-token"))
+    }
+
+    @Test func useHttpPathKeepsOneCredentialPerRepository() throws {
+        let d = try RunningDaemon()
+        _ = try git(d, "approve", "protocol=https\nhost=git.example.com\npath=team/one.git\nusername=u1\npassword=p1\n", useHttpPath: true)
+        _ = try git(d, "approve", "protocol=https\nhost=git.example.com\npath=team/two.git\nusername=u2\npassword=p2\n", useHttpPath: true)
+        let one = try git(d, "fill", "protocol=https\nhost=git.example.com\npath=team/one.git\n", useHttpPath: true)
+        let two = try git(d, "fill", "protocol=https\nhost=git.example.com\npath=team/two.git\n", useHttpPath: true)
+        #expect(one.text.contains("password=p1") && two.text.contains("password=p2"))
+        #expect(try git(d, "fill", "protocol=https\nhost=git.example.com\npath=team/three.git\n", useHttpPath: true).status != 0)
+    }
+
+    @Test func portsAndProtocolsAreSeparateCredentials() throws {
+        let d = try RunningDaemon()
+        _ = try git(d, "approve", "protocol=https\nhost=git.example.com:8443\nusername=a\npassword=on-8443\n")
+        _ = try git(d, "approve", "protocol=http\nhost=git.example.com\nusername=a\npassword=plain-http\n")
+        #expect(try git(d, "fill", "protocol=https\nhost=git.example.com:8443\n").text.contains("password=on-8443"))
+        #expect(try git(d, "fill", "protocol=http\nhost=git.example.com\n").text.contains("password=plain-http"))
+        #expect(try git(d, "fill", "protocol=https\nhost=git.example.com\n").status != 0)
+    }
+
+    @Test func newerAttributesAreKeptAndUnknownKeysIgnored() throws {
+        let d = try RunningDaemon()
+        let store = "capability[]=authtype\nprotocol=https\nhost=git.example.com\nusername=bob\npassword=tok\n"
+            + "password_expiry_utc=2000000000\noauth_refresh_token=refresh-me\nwwwauth[]=Bearer realm=\"x\"\nsomething_new=1\n"
+        #expect(try run(d, Self.helper, ["store"], input: store).status == 0)
+        let got = try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\nwwwauth[]=Basic\n")
+        #expect(got.text == "username=bob\npassword=tok\npassword_expiry_utc=2000000000\noauth_refresh_token=refresh-me\n")
+        // Erasing takes the refresh token too.
+        _ = try run(d, Self.helper, ["erase"], input: "protocol=https\nhost=git.example.com\nusername=bob\n")
+        #expect(try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n").text.isEmpty)
+        #expect(try d.cli(["list", "--class", "internet-password", "--json"]).text.trimmingCharacters(in: .whitespacesAndNewlines) == "[]")
+    }
+
+    @Test func aLockedKeychainMakesGetFailQuietlyWithAHint() throws {
+        let d = try RunningDaemon()
+        _ = try git(d, "approve", bob)
+        _ = try d.cli(["passcode", "set"], input: bytes("1234\n"))
+        _ = try d.cli(["lock"])
+        let got = try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n")
+        #expect(got.status == 0 && got.stdout.isEmpty)
+        #expect(got.stderr.contains("keychain unlock"))
+        let fill = try git(d, "fill", "protocol=https\nhost=git.example.com\n")
+        #expect(fill.status != 0 && !fill.text.contains("s3cret"))
+    }
+
+    @Test func anUnreachableDaemonMakesGetFailQuietly() throws {
+        let d = try RunningDaemon(start: false)
+        let got = try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n")
+        #expect(got.status == 0 && got.stdout.isEmpty)
+        #expect(got.stderr.contains("not reachable"))
+    }
+
+    @Test func aCredentialStoredByOneUidIsInvisibleToAnother() throws {
+        let d = try RunningDaemon(config: "socket_mode = \"0666\"\nunknown_callers = \"private-group\"")
+        let other = try MultiUserTests.user("kcapp-b")
+        _ = try git(d, "approve", bob)
+        let theirs = try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n", asUser: other)
+        #expect(theirs.stdout.isEmpty)
+        _ = try run(d, Self.helper, ["store"], input: "protocol=https\nhost=git.example.com\nusername=other\npassword=theirs\n", asUser: other)
+        #expect(try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n", asUser: other).text.contains("password=theirs"))
+        #expect(try git(d, "fill", "protocol=https\nhost=git.example.com\n").text.contains("password=s3cret-token"))
+    }
+}
