@@ -1,0 +1,307 @@
+"""A client for keychaind, written from docs/protocol.md alone, standard library only.
+
+    from keychaind_client import Connection
+    c = Connection()                       # $KEYCHAIN_SOCKET, else the default socket
+    c.add({"class": "genp", "svce": "api", "acct": "me", "v_Data": b"token"})
+    c.copy_matching({"class": "genp", "svce": "api", "r_Data": True})   # -> b"token"
+
+Values: str is a string, bytes a data value, bool a boolean, int a number, AbsoluteTime (or a
+datetime) a date. Errors raise KeychainError with Apple's OSStatus code in .status.
+"""
+
+import datetime as _dt
+import os
+import socket
+import struct
+import threading
+
+__all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path", "Status"]
+
+PROTOCOL_VERSION = 1
+MAX_FRAME = (1 << 20) + (256 << 10)
+_EPOCH_2001 = 978307200.0
+
+
+class Status:
+    """OSStatus codes keychaind returns (docs/protocol.md, section 4)."""
+    SUCCESS = 0
+    UNIMPLEMENTED = -4
+    PARAM = -50
+    NOT_AVAILABLE = -25291
+    AUTH_FAILED = -25293
+    DUPLICATE_ITEM = -25299
+    ITEM_NOT_FOUND = -25300
+    NO_SUCH_ATTR = -25303
+    NO_SUCH_CLASS = -25306
+    INTERACTION_NOT_ALLOWED = -25308
+    DECODE = -26275
+    MISSING_ENTITLEMENT = -34018
+    SERVICE_NOT_AVAILABLE = -67585
+
+
+class KeychainError(Exception):
+    """A call failed: .status is the OSStatus code, .message what keychaind said."""
+
+    def __init__(self, status, message):
+        super().__init__("%s (%d)" % (message, status))
+        self.status = status
+        self.message = message
+
+
+class AbsoluteTime(float):
+    """A date: seconds since 2001-01-01 00:00:00 UTC (CFAbsoluteTime)."""
+
+    def to_datetime(self):
+        return _dt.datetime.fromtimestamp(float(self) + _EPOCH_2001, tz=_dt.timezone.utc)
+
+
+def default_socket_path():
+    """$KEYCHAIN_SOCKET, else keychaind's default for this user."""
+    env = os.environ.get("KEYCHAIN_SOCKET")
+    if env:
+        return env
+    if os.getuid() == 0:
+        return "/run/keychaind/keychaind.sock"
+    run = os.environ.get("XDG_RUNTIME_DIR")
+    if run:
+        return run + "/keychaind.sock"
+    return "/tmp/keychaind-%d/keychaind.sock" % os.getuid()
+
+
+# -- encoding (docs/protocol.md, section 3) --
+
+def _encode_value(v):
+    if isinstance(v, bool):
+        return b"\x04" + (b"\x01" if v else b"\x00")
+    if isinstance(v, AbsoluteTime):
+        return b"\x05" + struct.pack("<d", float(v))
+    if isinstance(v, _dt.datetime):
+        return b"\x05" + struct.pack("<d", v.timestamp() - _EPOCH_2001)
+    if isinstance(v, int):
+        return b"\x03" + struct.pack("<q", v)
+    if isinstance(v, str):
+        b = v.encode("utf-8")
+        return b"\x01" + struct.pack("<I", len(b)) + b
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v)
+        return b"\x02" + struct.pack("<I", len(b)) + b
+    raise TypeError("keychain values are str, bytes, bool, int or dates, not %s" % type(v).__name__)
+
+
+def _encode_dict(d):
+    out = [struct.pack("<I", len(d))]
+    for key in sorted(d):
+        k = key.encode("utf-8")
+        out.append(struct.pack("<H", len(k)) + k + _encode_value(d[key]))
+    return b"".join(out)
+
+
+class _Reader:
+    def __init__(self, data):
+        self.data = data
+        self.pos = 0
+
+    def take(self, n):
+        if n < 0 or self.pos + n > len(self.data):
+            raise KeychainError(Status.DECODE, "truncated answer from keychaind")
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def u8(self):
+        return self.take(1)[0]
+
+    def u16(self):
+        return struct.unpack("<H", self.take(2))[0]
+
+    def u32(self):
+        return struct.unpack("<I", self.take(4))[0]
+
+    def i32(self):
+        return struct.unpack("<i", self.take(4))[0]
+
+    def blob(self):
+        return bytes(self.take(self.u32()))
+
+    def value(self):
+        tag = self.u8()
+        if tag == 1:
+            return self.blob().decode("utf-8")
+        if tag == 2:
+            return self.blob()
+        if tag == 3:
+            return struct.unpack("<q", self.take(8))[0]
+        if tag == 4:
+            return self.u8() == 1
+        if tag == 5:
+            return AbsoluteTime(struct.unpack("<d", self.take(8))[0])
+        raise KeychainError(Status.DECODE, "unknown value type %d" % tag)
+
+    def dict(self):
+        d = {}
+        for _ in range(self.u32()):
+            key = self.take(self.u16()).decode("utf-8")
+            d[key] = self.value()
+        return d
+
+    def item(self):
+        kind = self.u8()
+        if kind in (1, 2):
+            return self.blob()
+        if kind == 3:
+            return self.dict()
+        raise KeychainError(Status.DECODE, "unknown result kind %d" % kind)
+
+
+_OPS = {"add": 1, "copyMatching": 2, "update": 3, "delete": 4, "status": 5,
+        "lock": 6, "unlock": 7, "setPasscode": 8, "changePasscode": 9, "removePasscode": 10}
+
+
+class Connection:
+    """One connection to keychaind; thread-safe (calls take turns); reconnects when the daemon
+    restarted. Results have the shapes of SecItemCopyMatching: bytes for r_Data or
+    r_PersistentRef alone, a dict for r_Attributes or several return keys, a list when the
+    match limit is not one, None when no return key was asked."""
+
+    def __init__(self, socket_path=None, timeout=60.0):
+        self.socket_path = socket_path or default_socket_path()
+        self.timeout = timeout
+        self._sock = None
+        self._lock = threading.Lock()
+
+    def close(self):
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+    # SecItem calls
+    def add(self, attributes):
+        return self._call("add", _encode_dict(attributes))
+
+    def copy_matching(self, query):
+        return self._call("copyMatching", _encode_dict(query), retry=True)
+
+    def update(self, query, changes):
+        self._call("update", _encode_dict(query) + _encode_dict(changes))
+
+    def delete(self, query):
+        self._call("delete", _encode_dict(query))
+
+    # daemon calls
+    def status(self):
+        return self._call("status", b"", retry=True)
+
+    def lock(self):
+        self._call("lock", b"", retry=True)
+
+    def unlock(self, passcode):
+        self._call("unlock", _lp(passcode))
+
+    def set_passcode(self, new):
+        self._call("setPasscode", _lp(new))
+
+    def change_passcode(self, old, new):
+        self._call("changePasscode", _lp(old) + _lp(new))
+
+    def remove_passcode(self, current):
+        self._call("removePasscode", _lp(current))
+
+    # transport
+    def _connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self.socket_path)
+        except OSError as e:
+            s.close()
+            raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
+                                "cannot reach keychaind at %s (%s); start it with `keychaind`"
+                                % (self.socket_path, e.strerror or e)) from None
+        return s
+
+    def _exchange(self, frame):
+        self._sock.sendall(frame)
+        header = self._recv(4)
+        (n,) = struct.unpack("<I", header)
+        if n < 1 or n > MAX_FRAME:
+            raise KeychainError(Status.DECODE, "keychaind sent a frame of %d bytes" % n)
+        return self._recv(n)
+
+    def _recv(self, n):
+        chunks = []
+        while n > 0:
+            b = self._sock.recv(n)
+            if not b:
+                raise ConnectionResetError("keychaind closed the connection")
+            chunks.append(b)
+            n -= len(b)
+        return b"".join(chunks)
+
+    def _call(self, op, body, retry=False):
+        payload = bytes([PROTOCOL_VERSION, _OPS[op]]) + body
+        frame = struct.pack("<I", len(payload)) + payload
+        with self._lock:
+            for attempt in (1, 2):
+                reused = self._sock is not None
+                if not reused:
+                    self._sock = self._connect()
+                try:
+                    answer = self._exchange(frame)
+                    break
+                except (OSError, ConnectionResetError) as e:
+                    self._sock.close()
+                    self._sock = None
+                    # A connection kept from before may have died with a daemon restart.
+                    if reused and attempt == 1 and (retry or isinstance(e, BrokenPipeError)):
+                        continue
+                    raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
+                                        "lost the connection to keychaind: %s" % e) from None
+        r = _Reader(answer)
+        if r.u8() != PROTOCOL_VERSION:
+            raise KeychainError(Status.DECODE, "keychaind answered in another protocol version")
+        status = r.i32()
+        message = r.blob().decode("utf-8")
+        kind = r.u8()
+        if status != 0:
+            raise KeychainError(status, message or "keychaind returned %d" % status)
+        if kind == 0:
+            return None
+        if kind == 1:
+            return r.item()
+        return [r.item() for _ in range(r.u32())]
+
+    # the common case
+    def get_password(self, service, account):
+        """The secret of a generic password, or None."""
+        try:
+            return self.copy_matching({"class": "genp", "svce": service, "acct": account, "r_Data": True})
+        except KeychainError as e:
+            if e.status == Status.ITEM_NOT_FOUND:
+                return None
+            raise
+
+    def set_password(self, service, account, secret, accessible=None):
+        """Adds or replaces a generic password; secret is bytes or str."""
+        data = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+        item = {"class": "genp", "svce": service, "acct": account, "v_Data": data}
+        if accessible:
+            item["pdmn"] = accessible
+        try:
+            self.add(item)
+        except KeychainError as e:
+            if e.status != Status.DUPLICATE_ITEM:
+                raise
+            changes = {"v_Data": data}
+            if accessible:
+                changes["pdmn"] = accessible
+            self.update({"class": "genp", "svce": service, "acct": account}, changes)
+
+    def delete_password(self, service, account):
+        """Deletes a generic password; KeychainError(ITEM_NOT_FOUND) when there is none."""
+        self.delete({"class": "genp", "svce": service, "acct": account})
+
+
+def _lp(b):
+    b = b.encode("utf-8") if isinstance(b, str) else bytes(b)
+    return struct.pack("<I", len(b)) + b

@@ -1,0 +1,83 @@
+"""A backend for the `keyring` library that keeps passwords in keychaind.
+
+    import keyring
+    from keychaind_client.keyring_backend import KeychaindKeyring
+    keyring.set_keyring(KeychaindKeyring())
+
+or, once this package is installed, `keyring` finds it by its entry point. Passwords are
+generic-password items: service -> svce, username -> acct, the password (UTF-8) -> the secret,
+in the caller's default access group.
+"""
+
+import os
+
+from keyring import credentials, errors
+from keyring.backend import KeyringBackend
+
+try:  # keyring >= 23 takes classproperty from jaraco.classes
+    from jaraco.classes.properties import classproperty
+except ImportError:  # older keyring
+    from keyring.util.properties import ClassProperty as classproperty
+
+from . import Connection, KeychainError, Status
+
+
+def _locked_error():
+    # KeyringLocked exists in keyring 23.9 and later.
+    return getattr(errors, "KeyringLocked", errors.KeyringError)
+
+
+class KeychaindKeyring(KeyringBackend):
+    """keyring backend over a keychaind socket."""
+
+    def __init__(self, socket_path=None):
+        super().__init__()
+        self.connection = Connection(socket_path)
+
+    @classproperty
+    def priority(cls):
+        # Preferred when a keychaind socket is there; not viable otherwise.
+        if not os.path.exists(Connection().socket_path):
+            raise RuntimeError("no keychaind socket")
+        return 9
+
+    def _translate(self, e):
+        if e.status == Status.INTERACTION_NOT_ALLOWED:
+            return _locked_error()("the keychain is locked: run `keychain unlock`")
+        return errors.KeyringError(str(e))
+
+    def get_password(self, service, username):
+        try:
+            secret = self.connection.get_password(service, username)
+        except KeychainError as e:
+            raise self._translate(e) from None
+        return None if secret is None else secret.decode("utf-8")
+
+    def set_password(self, service, username, password):
+        try:
+            self.connection.set_password(service, username, password)
+        except KeychainError as e:
+            raise errors.PasswordSetError(str(e)) from None
+
+    def delete_password(self, service, username):
+        try:
+            self.connection.delete_password(service, username)
+        except KeychainError as e:
+            if e.status == Status.ITEM_NOT_FOUND:
+                raise errors.PasswordDeleteError("no password for %s / %s" % (service, username)) from None
+            raise errors.PasswordDeleteError(str(e)) from None
+
+    def get_credential(self, service, username):
+        query = {"class": "genp", "svce": service, "r_Attributes": True, "r_Data": True}
+        if username is not None:
+            query["acct"] = username
+        try:
+            found = self.connection.copy_matching(query)
+        except KeychainError as e:
+            if e.status == Status.ITEM_NOT_FOUND:
+                return None
+            raise self._translate(e) from None
+        account = found.get("acct", "")
+        if isinstance(account, bytes):
+            account = account.decode("utf-8", "replace")
+        return credentials.SimpleCredential(account, found["v_Data"].decode("utf-8"))
