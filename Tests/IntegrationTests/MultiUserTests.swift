@@ -166,6 +166,14 @@ struct MultiUserTests {
         #expect(try mode(path) == 0o600)
     }
 
+    @Test func aFailingAuditLogDoesNotStopTheKeychain() throws {
+        // /dev/full fails every write with ENOSPC, as a full disk would.
+        let d = try RunningDaemon(config: config(extra: "audit_log = \"/dev/full\""))
+        #expect(try d.cli(["add"] + secretItem, input: bytes("s"), asUser: appA).status == Exit.success)
+        #expect(try d.cli(["get"] + secretItem, asUser: appA).stdout == bytes("s"))
+        #expect(d.log.contains("audit log write failed"))
+    }
+
     @Test func theAuditLogCarriesNamesWhenAsked() throws {
         let path = "/tmp/kc-audit-names-\(getpid()).jsonl"
         defer { unlink(path) }
