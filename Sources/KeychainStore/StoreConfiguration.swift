@@ -17,13 +17,6 @@ public struct StoreConfiguration: Sendable {
         self.argon2 = argon2
     }
 
-    /// The Argon2id cost to use given the environment: `KEYCHAIND_INSECURE_FAST_KDF=1` picks the
-    /// minimum libsodium allows, for test suites only (docs/security.md).
-    public static func argon2FromEnvironment() -> Argon2Parameters {
-        if let v = getenv("KEYCHAIND_INSECURE_FAST_KDF"), String(cString: v) == "1" { return .testingOnly }
-        return .standard
-    }
-
     public var databasePath: String { stateDirectory + "/keychain.db" }
     public var deviceKeyPath: String { stateDirectory + "/" + DeviceKeyFile.fileName }
 }

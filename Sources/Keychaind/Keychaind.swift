@@ -39,7 +39,7 @@ struct Keychaind: ParsableCommand {
         var server = daemonConfig.serverConfiguration(stateDirectory: stateDirectory, socket: socket,
                                                       source: config ?? "the built-in defaults")
         if ProcessInfo.processInfo.environment["KEYCHAIND_INSECURE_FAST_KDF"] == "1" {
-            server.store.argon2 = StoreConfiguration.argon2FromEnvironment()
+            server.store.argon2 = .testingOnly  // test suites only (README, "Settings for tests")
         }
         let level = Logger.Level(rawValue: daemonConfig.logLevel) ?? .info
         LoggingSystem.bootstrap { label in
