@@ -58,6 +58,6 @@ public struct LookupHasher: Sendable {
 
     public func hash(attribute code: String, bytes: [UInt8]) -> [UInt8] {
         let domain = (code == "pkhh" || code == "klbl") ? "keyid" : code
-        return KeyedHash.hash(Array(domain.utf8) + [0] + bytes, key: key, outputBytes: 16)
+        return KeyedHash.hash(domain: domain, bytes, key: key, outputBytes: 16)
     }
 }

@@ -113,6 +113,27 @@ public enum AEAD {
 
 /// Keyed BLAKE2b: the lookup-column hashes and the passcode tangling.
 public enum KeyedHash {
+    /// BLAKE2b(key, domain || 0x00 || message), streamed: no concatenated copy per lookup.
+    public static func hash(domain: String, _ message: [UInt8], key: SecureKey, outputBytes: Int) -> [UInt8] {
+        Sodium.ensureInitialised()
+        var out = [UInt8](repeating: 0, count: outputBytes)
+        // The state is 64-byte aligned in C, so Swift sees it as opaque: keep it on the stack.
+        withUnsafeTemporaryAllocation(byteCount: crypto_generichash_statebytes(), alignment: 64) { raw in
+            let state = OpaquePointer(raw.baseAddress!)
+            key.withUnsafeBytes { k in
+                _ = crypto_generichash_init(state, k.baseAddress!.assumingMemoryBound(to: UInt8.self), k.count, outputBytes)
+            }
+            var d = domain
+            d.withUTF8 { _ = crypto_generichash_update(state, $0.baseAddress, UInt64($0.count)) }
+            var separator: UInt8 = 0
+            _ = crypto_generichash_update(state, &separator, 1)
+            message.withUnsafeBufferPointer { _ = crypto_generichash_update(state, $0.baseAddress, UInt64($0.count)) }
+            out.withUnsafeMutableBufferPointer { _ = crypto_generichash_final(state, $0.baseAddress!, outputBytes) }
+            sodium_memzero(raw.baseAddress!, raw.count)
+        }
+        return out
+    }
+
     public static func hash(_ message: [UInt8], key: SecureKey, outputBytes: Int = 16) -> [UInt8] {
         Sodium.ensureInitialised()
         var out = [UInt8](repeating: 0, count: outputBytes)

@@ -43,7 +43,9 @@ public struct AttributeSpec: Sendable, Hashable {
 
 /// The attributes of each class, Apple's codes and kinds (keychain-semantics.md 1.3 to 1.8),
 /// less Apple's sync, token and multi-user internals that have no meaning on one Linux host.
-public struct ClassSchema: Sendable {
+/// A class (not a struct) so that handing one around costs one retain, not one per table:
+/// every query and every row opened looks its schema up.
+public final class ClassSchema: Sendable {
     public let itemClass: ItemClass
     /// Class-specific attributes, primary-key ones first in primary-key order.
     public let attributes: [AttributeSpec]
