@@ -46,6 +46,19 @@ struct PersistenceTests {
         }
     }
 
+    @Test func aVersionOneDatabaseMigratesForwardKeepingItsItems() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a", ["v_Data": .data([42])]))
+        try t.editFile { db in
+            try db.execute("DROP TABLE lockout")
+            try db.execute("PRAGMA user_version = 1")
+        }
+        #expect(try t.store.database.userVersion == Schema.currentVersion)
+        #expect(try t.secret(genp("s", "a")) == [42])
+        try t.store.savePasscodeFailures(3, lastFailure: 5)
+        #expect(try t.store.passcodeFailures() == (3, 5))
+    }
+
     @Test func aSecondStoreOnTheSameFilesIsRefusedWhileTheFirstIsOpen() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a"))
