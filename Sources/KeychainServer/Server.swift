@@ -120,11 +120,23 @@ public final class KeychainServer: @unchecked Sendable {
         logger.info("keychaind stopped")
     }
 
-    /// Applies a new access policy (SIGHUP). The caller has validated the config; other
-    /// settings take effect at the next start.
-    public func reload(policy: AccessPolicy) {
-        executor.reload(policy: policy)
-        logger.notice("config reloaded: \(policy.applications.count) application(s), unknown callers: \(policy.unknownCallers.rawValue)")
+    /// Applies a reloaded config (SIGHUP): the access policy and the audit log. A new audit
+    /// file that cannot be opened keeps everything as it was. Other settings (paths, time-outs,
+    /// lock policy, Argon2id cost) take effect at the next start.
+    public func reload(_ config: DaemonConfig, source: String) {
+        let log = logger
+        let audit: AuditLog?
+        do {
+            audit = try config.auditLogPath.map {
+                try AuditLog(path: $0, includeNames: config.auditIncludeNames, log: { log.warning("\($0)") })
+            }
+        } catch {
+            logger.error("config reload failed, keeping the running one: \(error)")
+            return
+        }
+        let policy = config.accessPolicy(source: source)
+        executor.reload(policy: policy, audit: audit)
+        logger.notice("config reloaded: \(policy.applications.count) application(s), unknown callers: \(policy.unknownCallers.rawValue), audit log: \(config.auditLogPath ?? "none")")
     }
 
     /// A lock event from the host: SIGUSR1, which a session-lock or suspend hook sends

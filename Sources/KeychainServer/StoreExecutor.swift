@@ -36,7 +36,8 @@ final class StoreExecutor: @unchecked Sendable {
     private var timerStopping = false
     private let timerDone = DispatchSemaphore(value: 0)
 
-    private let audit: AuditLog?
+    /// Replaced by a reload; read and swapped under `storeLock`.
+    private var audit: AuditLog?
 
     init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
          log: @escaping (String) -> Void) throws(KeychainError) {
@@ -85,10 +86,11 @@ final class StoreExecutor: @unchecked Sendable {
     /// Runs `request` against the store, records it in the audit log, and returns its response.
     func submit(_ request: Request, from caller: Caller) -> Response {
         let response = run(request, from: caller)
+        storeLock.lock()
+        let audit = self.audit
+        let policy = audit == nil ? nil : handler?.policy
+        storeLock.unlock()
         if let audit {
-            storeLock.lock()
-            let policy = handler?.policy
-            storeLock.unlock()
             if let policy {
                 audit.record(request, caller: caller, app: policy.appID(for: caller),
                              defaultGroup: policy.scope(for: caller).groups.first, response: response)
@@ -97,10 +99,12 @@ final class StoreExecutor: @unchecked Sendable {
         return response
     }
 
-    /// Replaces the access policy (a config reload); calls already running finish under the old.
-    func reload(policy: AccessPolicy) {
+    /// Replaces the access policy and the audit log (a config reload); calls already running
+    /// finish under the old ones.
+    func reload(policy: AccessPolicy, audit newAudit: AuditLog?) {
         storeLock.lock()
         handler?.policy = policy
+        audit = newAudit
         storeLock.unlock()
     }
 

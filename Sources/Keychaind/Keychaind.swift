@@ -61,7 +61,7 @@ struct Keychaind: ParsableCommand {
                 return
             }
             do {
-                running.reload(policy: try Self.load(path).accessPolicy(source: path))
+                running.reload(try Self.load(path), source: path)
             } catch {
                 logger.error("config reload failed, keeping the running one: \(error)")
             }
@@ -108,11 +108,11 @@ final class RunningServer: @unchecked Sendable {
         if stop { s.shutdown() }
     }
 
-    func reload(policy: AccessPolicy) {
+    func reload(_ config: DaemonConfig, source: String) {
         lock.lock()
         let s = server
         lock.unlock()
-        s?.reload(policy: policy)
+        s?.reload(config, source: source)
     }
 
     func lock(reason: String) {

@@ -137,6 +137,24 @@ struct MultiUserTests {
         #expect(try d.cli(["get"] + shared, asUser: appA).stdout == bytes("x"))  // the old policy still serves
     }
 
+    @Test func sighupStartsAndStopsTheAuditLog() throws {
+        let path = "/tmp/kc-audit-reload-\(getpid()).jsonl"
+        defer { unlink(path) }
+        let d = try RunningDaemon(config: config())
+        _ = try d.cli(["list"], asUser: appA)
+        try (config(extra: "audit_log = \"\(path)\"") + "\n").write(toFile: d.configPath, atomically: true, encoding: .utf8)
+        kill(d.pid, SIGHUP)
+        var lines = 0
+        for _ in 0..<100 {
+            _ = try d.cli(["list"], asUser: appA)
+            lines = ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").count
+            if lines > 0 { break }
+            usleep(20_000)
+        }
+        #expect(lines > 0)
+        #expect(d.log.contains("audit log: \(path)"))
+    }
+
     @Test func theAuditLogRecordsCallsWithoutSecretsOrNames() throws {
         let d = try RunningDaemon(config: config(extra: "audit_log = \"AUDIT\"").replacingOccurrences(of: "AUDIT", with: "/tmp/kc-audit-\(getpid()).jsonl"))
         let path = "/tmp/kc-audit-\(getpid()).jsonl"
