@@ -45,7 +45,8 @@ final class RequestHandler {
     }
 
     func handle(_ request: Request, from caller: Caller) -> Response {
-        noteActivity()
+        // A monitor polling status must not keep the keychain from auto-locking.
+        if request != .status { noteActivity() }
         do {
             return try perform(request, caller: caller)
         } catch {

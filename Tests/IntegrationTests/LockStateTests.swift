@@ -175,6 +175,20 @@ struct LockStateTests {
         expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(name("ak")) }
     }
 
+    @Test func pollingStatusDoesNotKeepTheKeychainAwake() throws {
+        let d = try RunningDaemon(config: "auto_lock_seconds = 1")
+        let c = KeychainConnection(socketPath: d.socketPath)
+        try c.setPasscode(passcode)
+        try c.unlock(passcode: passcode)
+        var state: AttributeValue?
+        for _ in 0..<40 {  // up to 2 s of polling every 50 ms
+            state = try c.status()["state"]
+            if state == .string("locked") { break }
+            usleep(50_000)
+        }
+        #expect(state == .string("locked"))
+    }
+
     @Test func sigusr1FromTheHostLocks() throws {
         let d = try RunningDaemon()
         let c = KeychainConnection(socketPath: d.socketPath)
