@@ -7,7 +7,6 @@ import KeychainModel
 /// `keychain`: the command line over KeychainClient. docs/cli.md documents every command and
 /// exit code.
 public enum KeychainCommand {
-    static let version = "0.1.0"
 
     /// Runs the command line and exits with its status.
     public static func main() -> Never {
@@ -35,7 +34,7 @@ public enum KeychainCommand {
             Output.line(overview)
             return ExitStatus.success
         case "--version":
-            Output.line(version)
+            Output.line(KeychainVersion.current)
             return ExitStatus.success
         default: break
         }
@@ -299,7 +298,7 @@ let commands: [Command] = [
     },
     Command(spec: CommandSpec(name: "passcode set", summary: "Set a passcode where there is none (admin).",
                               options: globalOptions, flags: jsonFlag)) { c in
-        var new = try SecretInput.passcode("New passcode")
+        var new = try SecretInput.newPassword("New passcode")
         defer { explicit_bzero(&new, new.count) }
         try c.connection().setPasscode(new)
         c.printStatusJSON()
@@ -307,7 +306,7 @@ let commands: [Command] = [
     Command(spec: CommandSpec(name: "passcode change", summary: "Change the passcode (admin; reads the old, then the new).",
                               options: globalOptions, flags: jsonFlag)) { c in
         var old = try SecretInput.passcode("Current passcode")
-        var new = try SecretInput.passcode("New passcode")
+        var new = try SecretInput.newPassword("New passcode")
         defer { explicit_bzero(&old, old.count); explicit_bzero(&new, new.count) }
         try c.connection().changePasscode(old: old, new: new)
         c.printStatusJSON()

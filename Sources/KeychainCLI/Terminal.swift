@@ -84,7 +84,8 @@ enum SecretInput {
         return first
     }
 
-    /// A new password (asked twice on a terminal), else one line of standard input.
+    /// A new password or passcode (asked twice on a terminal, so a typo is caught before it
+    /// locks anyone out), else one line of standard input.
     static func newPassword(_ label: String) throws(KeychainError) -> [UInt8] {
         guard stdinIsTerminal else { return try readLine() }
         let first = try prompt("\(label): ")

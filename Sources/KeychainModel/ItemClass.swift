@@ -57,18 +57,5 @@ public enum Protection: String, Sendable, CaseIterable, Hashable, Comparable {
         }
     }
 
-    /// The kSecAttrAccessible constant's name, for messages and the CLI.
-    public var constantName: String {
-        switch self {
-        case .whenUnlocked: "kSecAttrAccessibleWhenUnlocked"
-        case .afterFirstUnlock: "kSecAttrAccessibleAfterFirstUnlock"
-        case .always: "kSecAttrAccessibleAlways"
-        case .whenUnlockedThisDeviceOnly: "kSecAttrAccessibleWhenUnlockedThisDeviceOnly"
-        case .afterFirstUnlockThisDeviceOnly: "kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly"
-        case .alwaysThisDeviceOnly: "kSecAttrAccessibleAlwaysThisDeviceOnly"
-        case .whenPasscodeSetThisDeviceOnly: "kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly"
-        }
-    }
-
     public static func < (a: Protection, b: Protection) -> Bool { a.keyClassNumber < b.keyClassNumber }
 }

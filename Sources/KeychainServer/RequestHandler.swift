@@ -31,7 +31,6 @@ final class RequestHandler {
     private var throttle: PasscodeThrottle
     private var transfers = BackupTransfers()
     private let log: (String) -> Void
-    static let version = "0.1.0"
 
     init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, log: @escaping (String) -> Void) throws(KeychainError) {
         self.store = store
@@ -211,7 +210,7 @@ final class RequestHandler {
         let mono = Clock.monotonic()
         let wall = Clock.wall()
         var info: AttributeDictionary = [
-            "version": .string(Self.version),
+            "version": .string(KeychainVersion.current),
             "state": .string(machine.state.rawValue),
             "since": .date(wall - (mono - machine.since) - absoluteTimeIntervalSince1970),
             "passcode": .bool(store.hasPasscode),

@@ -58,16 +58,10 @@ public final class ItemStore {
     }
 
     /// Purges the WhenUnlocked class keys (ak, aku, akpu). Only meaningful with a passcode:
-    /// without one, `unlock` needs nothing and reloads them.
+    /// without one there is nothing to unlock with, so it does nothing.
     public func lock() {
         guard hasPasscode else { return }
         keybag.purgeWhenUnlockedKeys()
-    }
-
-    /// Reloads the class keys after a lock when there is no passcode to ask for.
-    public func unlockWithoutPasscode() throws(KeychainError) {
-        guard !hasPasscode else { throw KeychainError(.authFailed, "a passcode is set: unlock with it") }
-        keybag = try Keybag(deviceKey: deviceKey, record: keybag.record)
     }
 
     /// Sets a passcode where none was set. The keychain must be unlocked.

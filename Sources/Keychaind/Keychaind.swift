@@ -15,7 +15,7 @@ struct Keychaind: ParsableCommand {
         and socket /run/keychaind/keychaind.sock; otherwise $XDG_DATA_HOME/keychaind and \
         $XDG_RUNTIME_DIR/keychaind.sock (or /tmp/keychaind-UID/). SIGTERM or SIGINT stops it cleanly.
         """,
-        version: "0.1.0")
+        version: KeychainVersion.current)
 
     @Option(name: .customLong("state-dir"), help: "Directory for device.key and keychain.db (created 0700).")
     var stateDirectory: String?

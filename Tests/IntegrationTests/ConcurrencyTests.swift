@@ -4,19 +4,6 @@ import KeychainModel
 import KeychainProtocol
 import Testing
 
-/// A value shared between threads under a lock.
-private final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<R>(_ body: (inout Value) -> R) -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return body(&value)
-    }
-}
 
 private let sharedItem: AttributeDictionary = ["class": .string("genp"), "svce": .string("shared"), "acct": .string("everyone")]
 private let sharedSecret: [UInt8] = bytes("shared-secret") + [0, 0xFF]

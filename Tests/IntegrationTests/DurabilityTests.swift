@@ -3,19 +3,6 @@ import KeychainClient
 import KeychainModel
 import Testing
 
-/// A value shared between threads under a lock.
-private final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<R>(_ body: (inout Value) -> R) -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return body(&value)
-    }
-}
 
 /// A burst writer: one of several threads adding items to one service, round after round.
 private struct Writer: Hashable {

@@ -184,3 +184,17 @@ func expectStatus(_ status: KeychainStatus, sourceLocation: SourceLocation = #_s
         Issue.record("unexpected error \(error)", sourceLocation: sourceLocation)
     }
 }
+
+/// A value shared between threads under a lock.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<R>(_ body: (inout Value) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
+    }
+}

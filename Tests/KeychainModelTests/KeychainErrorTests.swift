@@ -90,11 +90,6 @@ import KeychainModel
     func otherStoredClassesDefaultToWhenUnlocked(itemClass: ItemClass) {
         #expect(itemClass.defaultProtection == .whenUnlocked)
     }
-
-    @Test func constantNamesAreTheKSecAttrAccessibleNames() {
-        #expect(Protection.whenPasscodeSetThisDeviceOnly.constantName == "kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly")
-        #expect(Protection.allCases.allSatisfy { $0.constantName.hasPrefix("kSecAttrAccessible") })
-    }
 }
 
 @Suite struct ItemClassTests {
