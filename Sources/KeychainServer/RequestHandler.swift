@@ -24,17 +24,14 @@ public struct LockPolicy: Sendable, Equatable {
 /// its own.
 final class RequestHandler {
     let store: ItemStore
-    /// Replaced whole by a config reload (SIGHUP).
-    var policy: AccessPolicy
     let lockPolicy: LockPolicy
     private(set) var machine: LockStateMachine
     private var throttle: PasscodeThrottle
     private var transfers = BackupTransfers()
     private let log: (String) -> Void
 
-    init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, log: @escaping (String) -> Void) throws(KeychainError) {
+    init(store: ItemStore, lockPolicy: LockPolicy, log: @escaping (String) -> Void) throws(KeychainError) {
         self.store = store
-        self.policy = policy
         self.lockPolicy = lockPolicy
         self.log = log
         machine = LockStateMachine(hasPasscode: store.hasPasscode, at: Clock.monotonic(),
@@ -43,11 +40,13 @@ final class RequestHandler {
         throttle = PasscodeThrottle(failures: saved.failures, lastFailure: saved.lastFailure)
     }
 
-    func handle(_ request: Request, from caller: Caller) -> Response {
+    /// `policy` is the access policy in force for this call (a reload may replace it between
+    /// calls).
+    func handle(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
         // A monitor polling status must not keep the keychain from auto-locking.
         if request != .status { noteActivity() }
         do {
-            return try perform(request, caller: caller)
+            return try perform(request, caller: caller, policy: policy)
         } catch {
             return Response(error: error)
         }
@@ -55,7 +54,7 @@ final class RequestHandler {
 
     func noteActivity() { machine.activity(at: Clock.monotonic()) }
 
-    private func perform(_ request: Request, caller: Caller) throws(KeychainError) -> Response {
+    private func perform(_ request: Request, caller: Caller, policy: AccessPolicy) throws(KeychainError) -> Response {
         if request.isAdministrative && !policy.isAdmin(caller) {
             throw KeychainError(.missingEntitlement, "\(request.operation) is an admin call; uid \(caller.uid) is not an admin of this keychaind")
         }

@@ -14,13 +14,15 @@ final class StoreExecutor: @unchecked Sendable {
     private final class Job {
         let request: Request
         let caller: Caller
+        let policy: AccessPolicy
         // Written and read under storeLock only.
         var response = Response()
         var done = false
 
-        init(_ request: Request, _ caller: Caller) {
+        init(_ request: Request, _ caller: Caller, _ policy: AccessPolicy) {
             self.request = request
             self.caller = caller
+            self.policy = policy
         }
     }
 
@@ -36,13 +38,23 @@ final class StoreExecutor: @unchecked Sendable {
     private var timerStopping = false
     private let timerDone = DispatchSemaphore(value: 0)
 
-    /// Replaced by a reload; read and swapped under `storeLock`.
-    private var audit: AuditLog?
+    /// What a config reload replaces: read once per call under its own lock, never the
+    /// store's, so that it adds no contention on the hot path.
+    private struct Settings {
+        var policy: AccessPolicy
+        var audit: AuditLog?
+        /// The same handler as `handler`, for reads, which take the store's lock only for
+        /// their lookup; nil once stopped.
+        var reader: RequestHandler?
+    }
+
+    private let settingsLock = NSLock()
+    private var settings: Settings
 
     init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
          log: @escaping (String) -> Void) throws(KeychainError) {
-        handler = try RequestHandler(store: store, policy: policy, lockPolicy: lockPolicy, log: log)
-        self.audit = audit
+        handler = try RequestHandler(store: store, lockPolicy: lockPolicy, log: log)
+        settings = Settings(policy: policy, audit: audit, reader: handler)
         let thread = Thread { [self] in self.runTimer() }
         thread.name = "keychaind-lock-timer"
         thread.start()
@@ -85,41 +97,37 @@ final class StoreExecutor: @unchecked Sendable {
 
     /// Runs `request` against the store, records it in the audit log, and returns its response.
     func submit(_ request: Request, from caller: Caller) -> Response {
-        let response = run(request, from: caller)
-        storeLock.lock()
-        let audit = self.audit
-        let policy = audit == nil ? nil : handler?.policy
-        storeLock.unlock()
-        if let audit {
-            if let policy {
-                audit.record(request, caller: caller, app: policy.appID(for: caller),
-                             defaultGroup: policy.scope(for: caller).groups.first, response: response)
-            }
-        }
+        settingsLock.lock()
+        let current = settings
+        settingsLock.unlock()
+        let response = run(request, from: caller, policy: current.policy, reader: current.reader)
+        current.audit?.record(request, caller: caller, app: current.policy.appID(for: caller),
+                              defaultGroup: current.policy.scope(for: caller).groups.first, response: response)
         return response
     }
 
     /// Replaces the access policy and the audit log (a config reload); calls already running
     /// finish under the old ones.
-    func reload(policy: AccessPolicy, audit newAudit: AuditLog?) {
-        storeLock.lock()
-        handler?.policy = policy
-        audit = newAudit
-        storeLock.unlock()
+    func reload(policy: AccessPolicy, audit: AuditLog?) {
+        settingsLock.lock()
+        settings.policy = policy
+        settings.audit = audit
+        settingsLock.unlock()
     }
 
-    private func run(_ request: Request, from caller: Caller) -> Response {
+    private func run(_ request: Request, from caller: Caller, policy: AccessPolicy, reader: RequestHandler?) -> Response {
         if case .copyMatching(let query) = request {
-            return search(query, from: caller, request: request)
+            guard let reader else { return Self.stopping }
+            return search(query, from: caller, request: request, policy: policy, handler: reader)
         }
         guard request.writesItems else {
             storeLock.lock()
-            let response = handler?.handle(request, from: caller) ?? Self.stopping
+            let response = handler?.handle(request, from: caller, policy: policy) ?? Self.stopping
             storeLock.unlock()
             if request.isAdministrative { wakeTimer() }
             return response
         }
-        let job = Job(request, caller)
+        let job = Job(request, caller, policy)
         queueLock.lock()
         pending.append(job)
         queueLock.unlock()
@@ -133,7 +141,7 @@ final class StoreExecutor: @unchecked Sendable {
         queueLock.unlock()
         if let handler {
             if group.count == 1 {
-                job.response = handler.handle(request, from: caller)
+                job.response = handler.handle(request, from: caller, policy: policy)
             } else {
                 runGrouped(group, handler)
             }
@@ -146,18 +154,14 @@ final class StoreExecutor: @unchecked Sendable {
 
     /// A read holds the lock only for its SQL lookup: parsing before it, and decryption and
     /// the result after it, run on the caller's thread alongside other calls.
-    private func search(_ query: AttributeDictionary, from caller: Caller, request: Request) -> Response {
-        storeLock.lock()
-        let current = handler
-        let policy = current?.policy
-        storeLock.unlock()
-        guard let handler = current, let policy else { return Self.stopping }
+    private func search(_ query: AttributeDictionary, from caller: Caller, request: Request,
+                        policy: AccessPolicy, handler: RequestHandler) -> Response {
         let store = handler.store
         do throws(KeychainError) {
             let scope = policy.scope(for: caller)
             if scope.groups.isEmpty { throw KeychainError(.missingEntitlement, policy.refusal(for: caller)) }
             guard let prepared = try store.prepareSearch(query, scope: scope) else {
-                return locked { $0.handle(request, from: caller) }
+                return locked { $0.handle(request, from: caller, policy: policy) }
             }
             storeLock.lock()
             let fetched: FetchedRows
@@ -170,7 +174,7 @@ final class StoreExecutor: @unchecked Sendable {
             }
             storeLock.unlock()
             guard let result = try store.finish(prepared, fetched) else {
-                return locked { $0.handle(request, from: caller) }
+                return locked { $0.handle(request, from: caller, policy: policy) }
             }
             return Response(result: result)
         } catch {
@@ -193,6 +197,9 @@ final class StoreExecutor: @unchecked Sendable {
         timerCondition.signal()
         timerCondition.unlock()
         timerDone.wait()
+        settingsLock.lock()
+        settings.reader = nil
+        settingsLock.unlock()
         storeLock.lock()
         handler = nil
         storeLock.unlock()
@@ -203,7 +210,7 @@ final class StoreExecutor: @unchecked Sendable {
     private func runGrouped(_ group: [Job], _ handler: RequestHandler) {
         do throws(KeychainError) {
             try handler.store.inOneTransaction {
-                for job in group { job.response = handler.handle(job.request, from: job.caller) }
+                for job in group { job.response = handler.handle(job.request, from: job.caller, policy: job.policy) }
             }
         } catch {
             // The commit failed: nothing in the group took effect, and every caller hears so.
