@@ -12,6 +12,8 @@ struct Options {
     var skipCLI = false
     var getsPerClient = 20_000
     var backupItems = 10_000
+    /// Which figures to run (profiling one operation at a time); all by default.
+    var ops: Set<String> = ["status", "add", "get", "update", "delete"]
 
     init(_ args: [String]) {
         var i = 0
@@ -23,8 +25,9 @@ struct Options {
             case "--gets": getsPerClient = Int(args[i + 1]) ?? getsPerClient; i += 1
             case "--skip-cli": skipCLI = true
             case "--backup": backupItems = Int(args[i + 1]) ?? backupItems; i += 1
+            case "--ops": ops = Set(args[i + 1].split(separator: ",").map(String.init)); i += 1
             default:
-                print("usage: keychain-bench [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--skip-cli] [--backup ITEMS (0: none)]")
+                print("usage: keychain-bench [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--skip-cli] [--backup ITEMS (0: none)]")
                 exit(64)
             }
             i += 1
@@ -79,7 +82,8 @@ func measure(clients: Int, count: Int, socket: String,
     return (Double(count) / seconds, collected.latencies.sorted())
 }
 
-func report(_ op: String, n: Int, c: Int, _ result: (Double, [UInt64])) {
+func report(_ op: String, n: Int, c: Int, _ result: (Double, [UInt64]), shown: Bool = true) {
+    guard shown else { return }
     let (rate, lat) = result
     let name = op.padding(toLength: 6, withPad: " ", startingAt: 0)
     print(name + String(format: " n=%-6d c=%d  ops/s=%8.0f  p50=%7.1fus  p99=%7.1fus",
@@ -153,7 +157,7 @@ let setup = KeychainConnection(socketPath: socket)
 print("keychain-bench: socket \(socket), \(ProcessInfo.processInfo.activeProcessorCount) cores")
 
 // The floor every call pays: a status call, one socket round trip and no store work.
-for c in options.clients {
+for c in options.clients where options.ops.contains("status") {
     report("status", n: 0, c: c, measure(clients: c, count: options.getsPerClient * c, socket: socket) { conn, _ in
         _ = try conn.status()
     })
@@ -166,19 +170,19 @@ for n in options.sizes {
             var d = item(i)
             d["v_Data"] = .data(Array("secret-value-\(i)".utf8))
             try conn.add(d)
-        })
+        }, shown: options.ops.contains("add"))
         let gets = max(n, options.getsPerClient * c)
-        report("get", n: n, c: c, measure(clients: c, count: gets, socket: socket) { conn, i in
+        if options.ops.contains("get") { report("get", n: n, c: c, measure(clients: c, count: gets, socket: socket) { conn, i in
             var q = item((i &* 7919) % n)
             q["r_Data"] = .bool(true)
             guard case .single(.data) = try conn.copyMatching(q) else { fatalError("get returned no data") }
-        })
-        report("update", n: n, c: c, measure(clients: c, count: min(n, 20_000), socket: socket) { conn, i in
+        }) }
+        if options.ops.contains("update") { report("update", n: n, c: c, measure(clients: c, count: min(n, 20_000), socket: socket) { conn, i in
             try conn.update(item(i), ["v_Data": .data(Array("changed-\(i)".utf8))])
-        })
-        report("delete", n: n, c: c, measure(clients: c, count: n, socket: socket) { conn, i in
+        }) }
+        if options.ops.contains("delete") { report("delete", n: n, c: c, measure(clients: c, count: n, socket: socket) { conn, i in
             try conn.delete(item(i))
-        })
+        }) }
     }
 }
 
