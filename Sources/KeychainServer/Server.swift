@@ -17,6 +17,9 @@ public struct ServerConfiguration: Sendable {
     public var maxConnections = 256
     /// Mode of the socket file.
     public var socketMode: mode_t = 0o600
+    /// How long a connection whose client calls back to back watches for its next request
+    /// before sleeping (BusyPoll); 0: never.
+    public var busyPollMicroseconds = 50
     public var policy = AccessPolicy()
     public var lockPolicy = LockPolicy()
     /// The audit log (a file of JSON lines), if any.
@@ -42,12 +45,14 @@ public final class KeychainServer: @unchecked Sendable {
     private var connections: [Int32: UnixSocket] = [:]
     private var shuttingDown = false
     private let drained = DispatchGroup()
+    private let busyPoll: BusyPoll
 
     /// Opens the store and binds the socket (replacing a stale one; refusing if a live daemon
     /// answers there). Throws with a message fit for the operator.
     public init(configuration: ServerConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
+        busyPoll = BusyPoll(windowMicroseconds: configuration.busyPollMicroseconds)
         let store = try ItemStore(configuration: configuration.store)
         try Self.claimSocketPath(configuration.socketPath)
         do {
@@ -174,9 +179,11 @@ public final class KeychainServer: @unchecked Sendable {
             return
         }
         let reader = FrameReader(socket)
+        var pace = ConnectionPace()
         while true {
             var payload: [UInt8]
             do {
+                try busyPoll.watch(reader, pace: pace)
                 guard let frame = try reader.next(idleTimeoutMs: configuration.idleTimeoutMs,
                                                   frameTimeoutMs: configuration.frameTimeoutMs) else { return }
                 payload = frame
@@ -187,6 +194,12 @@ public final class KeychainServer: @unchecked Sendable {
                 default: logger.warning("closing connection of \(caller): \(error)")
                 }
                 return
+            }
+            pace.requestArrived(at: MonotonicClock.nanoseconds())
+            busyPoll.requestStarted()
+            defer {
+                busyPoll.requestFinished()
+                pace.answered(at: MonotonicClock.nanoseconds())
             }
             let response: Response
             do {

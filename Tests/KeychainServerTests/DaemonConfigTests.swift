@@ -20,6 +20,7 @@ struct DaemonConfigTests {
             idle_timeout_seconds = 30
             frame_timeout_seconds = 2
             max_connections = 1_000
+            busy_poll_microseconds = 0
             argon2_ops = 3
             argon2_memory_mib = 64
             admin_uids = [0, 1000]
@@ -31,6 +32,7 @@ struct DaemonConfigTests {
         #expect(config.idleTimeoutSeconds == 30)
         #expect(config.frameTimeoutSeconds == 2)
         #expect(config.maxConnections == 1000)
+        #expect(config.busyPollMicroseconds == 0)
         #expect(config.argon2 == Argon2Parameters(opsLimit: 3, memLimitBytes: 64 << 20))
         #expect(config.adminUIDs == [0, 1000])
         #expect(config.logLevel == "debug")
