@@ -15,6 +15,11 @@ public final class KeychainConnection: Sendable {
     /// Longest wait for an answer; keychaind answers at once even when locked, so hitting this
     /// means the daemon is wedged, not that it is waiting for a user.
     public let timeoutMs: Int32
+    /// How long a read (a search, a status call) watches for its answer before sleeping; 0:
+    /// sleep at once. On a virtual machine, waking a halted CPU for the answer costs about as
+    /// much as the daemon's work on a get; watching, the caller yields its CPU to anything
+    /// else runnable there, so it never delays the daemon or other threads.
+    public let busyPollMicroseconds: Int
     private let socket = Mutex<Link?>(nil)
 
     /// An open connection and the reader that buffers its input.
@@ -24,9 +29,10 @@ public final class KeychainConnection: Sendable {
     }
 
     /// `socketPath` nil means KEYCHAIN_SOCKET, else the default path (docs/protocol.md).
-    public init(socketPath: String? = nil, timeoutMs: Int32 = 60_000) {
+    public init(socketPath: String? = nil, timeoutMs: Int32 = 60_000, busyPollMicroseconds: Int = 40) {
         self.socketPath = DefaultPaths.clientSocketPath(socketPath)
         self.timeoutMs = timeoutMs
+        self.busyPollMicroseconds = max(0, busyPollMicroseconds)
     }
 
     deinit {
@@ -127,7 +133,8 @@ public final class KeychainConnection: Sendable {
         var frame = Frame.encode(WireCodec.encode(request))
         defer { wipe(&frame) }
         let response = try socket.withLock { (current) throws(KeychainError) -> Response in
-            try exchange(frame, current: &current, retryable: Self.isSafeToRepeat(request))
+            try exchange(frame, current: &current, retryable: Self.isSafeToRepeat(request),
+                         watchNs: Self.isAnsweredAtOnce(request) ? UInt64(busyPollMicroseconds) * 1000 : 0)
         }
         if let error = response.error { throw error }
         return response
@@ -142,7 +149,16 @@ public final class KeychainConnection: Sendable {
         }
     }
 
-    private func exchange(_ frame: [UInt8], current: inout Link?, retryable: Bool) throws(KeychainError) -> Response {
+    /// Whether the daemon usually answers within microseconds: reads. A write waits for a
+    /// durable commit (hundreds of microseconds), so watching for its answer would only burn CPU.
+    static func isAnsweredAtOnce(_ request: Request) -> Bool {
+        switch request {
+        case .copyMatching, .status: true
+        default: false
+        }
+    }
+
+    private func exchange(_ frame: [UInt8], current: inout Link?, retryable: Bool, watchNs: UInt64) throws(KeychainError) -> Response {
         var attempt = 0
         while true {
             attempt += 1
@@ -160,6 +176,12 @@ public final class KeychainConnection: Sendable {
             do {
                 try connection.writeAll(frame)
                 written = true
+                if watchNs > 0 {
+                    _ = try link.reader.watch(forNs: watchNs) {
+                        sched_yield()
+                        return true
+                    }
+                }
                 guard let payload = try link.reader.next(idleTimeoutMs: timeoutMs, frameTimeoutMs: timeoutMs) else {
                     throw SocketFailure.closed
                 }

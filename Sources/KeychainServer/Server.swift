@@ -179,7 +179,7 @@ public final class KeychainServer: @unchecked Sendable {
             return
         }
         let reader = FrameReader(socket)
-        var pace = ConnectionPace()
+        var pace = ConnectionPace(connection: Int(socket.fd))
         while true {
             var payload: [UInt8]
             do {
@@ -195,12 +195,8 @@ public final class KeychainServer: @unchecked Sendable {
                 }
                 return
             }
-            pace.requestArrived(at: MonotonicClock.nanoseconds())
-            busyPoll.requestStarted()
-            defer {
-                busyPoll.requestFinished()
-                pace.answered(at: MonotonicClock.nanoseconds())
-            }
+            busyPoll.requestStarted(&pace, at: MonotonicClock.nanoseconds())
+            defer { busyPoll.requestFinished(&pace, at: MonotonicClock.nanoseconds()) }
             let response: Response
             do {
                 let request = try WireCodec.decodeRequest(payload)

@@ -14,6 +14,8 @@ struct Options {
     var backupItems = 10_000
     /// Which figures to run (profiling one operation at a time); all by default.
     var ops: Set<String> = ["status", "add", "get", "update", "delete"]
+    /// KeychainConnection's busyPollMicroseconds (0: the client sleeps for every answer).
+    var clientPollMicroseconds = KeychainConnection(socketPath: "/").busyPollMicroseconds
 
     init(_ args: [String]) {
         var i = 0
@@ -25,9 +27,10 @@ struct Options {
             case "--gets": getsPerClient = Int(args[i + 1]) ?? getsPerClient; i += 1
             case "--skip-cli": skipCLI = true
             case "--backup": backupItems = Int(args[i + 1]) ?? backupItems; i += 1
+            case "--client-poll-us": clientPollMicroseconds = Int(args[i + 1]) ?? clientPollMicroseconds; i += 1
             case "--ops": ops = Set(args[i + 1].split(separator: ",").map(String.init)); i += 1
             default:
-                print("usage: keychain-bench [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--skip-cli] [--backup ITEMS (0: none)]")
+                print("usage: keychain-bench [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)]")
                 exit(64)
             }
             i += 1
@@ -60,7 +63,7 @@ func measure(clients: Int, count: Int, socket: String,
     for c in 0..<clients {
         group.enter()
         let thread = Thread {
-            let connection = KeychainConnection(socketPath: socket)
+            let connection = KeychainConnection(socketPath: socket, busyPollMicroseconds: options.clientPollMicroseconds)
             var mine: [UInt64] = []
             mine.reserveCapacity(count / clients + 1)
             var i = c

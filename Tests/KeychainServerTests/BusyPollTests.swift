@@ -7,56 +7,68 @@ import Testing
 
 @Suite("Watching a connection for the next request")
 struct BusyPollTests {
-    private func pace(gap: UInt64) -> ConnectionPace {
-        var pace = ConnectionPace()
-        pace.answered(at: 1_000_000)
-        pace.requestArrived(at: 1_000_000 + gap)
+    /// A connection whose client came back `gap` ns after its answer, at t = 1 ms.
+    private func served(_ poll: BusyPoll, connection: Int = 1, gap: UInt64) -> ConnectionPace {
+        var pace = ConnectionPace(connection: connection)
+        poll.requestStarted(&pace, at: 500_000)
+        poll.requestFinished(&pace, at: 1_000_000)
+        poll.requestStarted(&pace, at: 1_000_000 + gap)
+        poll.requestFinished(&pace, at: 1_100_000)
         return pace
     }
 
     @Test func aClientThatCameBackWithinTheWindowIsBackToBack() {
-        #expect(pace(gap: 20_000).backToBack(windowNs: 50_000))
+        #expect(served(BusyPoll(windowMicroseconds: 50), gap: 20_000).backToBack(windowNs: 50_000))
     }
 
     @Test func aClientThatPausedLongerThanTheWindowIsNot() {
-        #expect(!pace(gap: 80_000).backToBack(windowNs: 50_000))
+        #expect(!served(BusyPoll(windowMicroseconds: 50), gap: 80_000).backToBack(windowNs: 50_000))
     }
 
     @Test func theFirstRequestOfAConnectionIsNotBackToBack() {
-        var pace = ConnectionPace()
+        var pace = ConnectionPace(connection: 1)
         pace.requestArrived(at: 5_000)
         #expect(!pace.backToBack(windowNs: 50_000))
     }
 
     @Test func aBackToBackClientMayWatchWhenNothingElseRuns() {
         let poll = BusyPoll(windowMicroseconds: 50)
-        #expect(poll.beginWatching(pace: pace(gap: 10_000)))
+        #expect(poll.beginWatching(pace: served(poll, gap: 10_000), at: 1_200_000))
     }
 
     @Test func anIsolatedCallNeverWatches() {
         let poll = BusyPoll(windowMicroseconds: 50)
-        #expect(!poll.beginWatching(pace: pace(gap: 900_000)))
+        #expect(!poll.beginWatching(pace: served(poll, gap: 900_000), at: 2_000_000))
     }
 
     @Test func onlyOneConnectionWatchesAtATime() {
         let poll = BusyPoll(windowMicroseconds: 50)
-        #expect(poll.beginWatching(pace: pace(gap: 10_000)))
-        #expect(!poll.beginWatching(pace: pace(gap: 10_000)))
+        let pace = served(poll, gap: 10_000)
+        #expect(poll.beginWatching(pace: pace, at: 1_200_000))
+        #expect(!poll.beginWatching(pace: pace, at: 1_200_000))
         poll.endWatching()
-        #expect(poll.beginWatching(pace: pace(gap: 10_000)))
+        #expect(poll.beginWatching(pace: pace, at: 1_200_000))
     }
 
     @Test func nobodyWatchesWhileAnotherConnectionIsServing() {
         let poll = BusyPoll(windowMicroseconds: 50)
-        poll.requestStarted()
-        #expect(!poll.beginWatching(pace: pace(gap: 10_000)))
-        poll.requestFinished()
-        #expect(poll.beginWatching(pace: pace(gap: 10_000)))
+        let pace = served(poll, gap: 10_000)
+        var other = ConnectionPace(connection: 2)
+        poll.requestStarted(&other, at: 1_150_000)
+        #expect(!poll.beginWatching(pace: pace, at: 1_200_000))
+    }
+
+    @Test func nobodyWatchesWhileAnotherClientIsActive() {
+        let poll = BusyPoll(windowMicroseconds: 50)
+        let pace = served(poll, connection: 1, gap: 10_000)
+        _ = served(poll, connection: 2, gap: 10_000)  // finished, but only just
+        #expect(!poll.beginWatching(pace: pace, at: 1_200_000))
+        #expect(poll.beginWatching(pace: pace, at: 1_010_000 + BusyPoll.othersQuietNs))
     }
 
     @Test func aZeroWindowTurnsWatchingOff() {
         let poll = BusyPoll(windowMicroseconds: 0)
-        #expect(!poll.beginWatching(pace: pace(gap: 1)))
+        #expect(!poll.beginWatching(pace: served(poll, gap: 1), at: 1_200_000))
     }
 }
 
