@@ -26,6 +26,7 @@ public final class KeychainConnection: Sendable {
     private struct Link: @unchecked Sendable {
         let socket: UnixSocket
         let reader: FrameReader
+        var reads = ReadPace()
     }
 
     /// `socketPath` nil means KEYCHAIN_SOCKET, else the default path (docs/protocol.md).
@@ -177,10 +178,23 @@ public final class KeychainConnection: Sendable {
                 try connection.writeAll(frame)
                 written = true
                 if watchNs > 0 {
-                    _ = try link.reader.watch(forNs: watchNs) {
-                        sched_yield()
-                        return true
+                    let sent = MonotonicClock.nanoseconds()
+                    var contended = false
+                    if link.reads.shouldWatch(windowNs: watchNs) {
+                        _ = try link.reader.watch(forNs: watchNs) {
+                            // A yield that gave the CPU away means other threads want it:
+                            // stop watching and let them run.
+                            let before = MonotonicClock.nanoseconds()
+                            sched_yield()
+                            contended = MonotonicClock.nanoseconds() &- before > ReadPace.contendedYieldNs
+                            return !contended
+                        }
                     }
+                    guard let payload = try link.reader.next(idleTimeoutMs: timeoutMs, frameTimeoutMs: timeoutMs) else {
+                        throw SocketFailure.closed
+                    }
+                    current?.reads.record(contended ? 4 * watchNs : MonotonicClock.nanoseconds() &- sent)
+                    return try WireCodec.decodeResponse(payload)
                 }
                 guard let payload = try link.reader.next(idleTimeoutMs: timeoutMs, frameTimeoutMs: timeoutMs) else {
                     throw SocketFailure.closed
@@ -217,5 +231,23 @@ public final class KeychainConnection: Sendable {
             // memset_s is not in glibc; explicit_bzero is, and is not optimised away.
             explicit_bzero(base, buf.count)
         }
+    }
+}
+
+/// Whether to watch for the answer to a read rather than sleep at once: only while the daemon
+/// has been answering this connection's reads quickly (a smoothed answer time under twice the
+/// watching window). With several busy clients on few CPUs, answers take longer and yields
+/// while watching hand the CPU to other threads; both count as slow answers, so watching
+/// stops by itself and leaves the CPU to the daemon. It resumes when answers are quick again.
+struct ReadPace {
+    /// A yield that took longer than this ran another thread.
+    static let contendedYieldNs: UInt64 = 5_000
+    private(set) var smoothedNs: UInt64 = 0
+
+    func shouldWatch(windowNs: UInt64) -> Bool { smoothedNs < 2 * windowNs }
+
+    /// Adds one answer time, weighted 1/8 against the history.
+    mutating func record(_ ns: UInt64) {
+        smoothedNs = smoothedNs - smoothedNs / 8 + ns / 8
     }
 }

@@ -17,6 +17,29 @@ struct ClientTests {
         expectStatus(.itemNotFound) { _ = try c.copyMatching(item) }
     }
 
+    /// Back-to-back reads are where both sides watch instead of sleeping (BusyPoll on the
+    /// daemon, ReadPace in the client): answers must be the same either way.
+    @Test func backToBackReadsAnswerTheSameWhetherTheClientWatchesOrSleeps() throws {
+        let d = try RunningDaemon()
+        let watching = KeychainConnection(socketPath: d.socketPath)
+        let sleeping = KeychainConnection(socketPath: d.socketPath, busyPollMicroseconds: 0)
+        #expect(watching.busyPollMicroseconds > 0)
+        for i in 0..<20 {
+            try watching.add(["class": .string("genp"), "svce": .string("b2b"), "acct": .string("a\(i)"),
+                              "v_Data": .data(bytes("secret \(i)"))])
+        }
+        for round in 0..<300 {
+            let i = round % 20
+            let query: AttributeDictionary = ["class": .string("genp"), "svce": .string("b2b"),
+                                              "acct": .string("a\(i)"), "r_Data": .bool(true)]
+            #expect(try watching.copyMatching(query) == .single(.data(bytes("secret \(i)"))))
+            #expect(try sleeping.copyMatching(query) == .single(.data(bytes("secret \(i)"))))
+        }
+        expectStatus(.itemNotFound) {
+            _ = try watching.copyMatching(["class": .string("genp"), "svce": .string("b2b"), "acct": .string("none")])
+        }
+    }
+
     @Test func errorsCarryTheDaemonsStatusAndMessage() throws {
         let d = try RunningDaemon()
         let c = KeychainConnection(socketPath: d.socketPath)
