@@ -66,7 +66,7 @@ extension ItemStore {
                 let (cls, attributes, data) = try Self.backupItem(dict)
                 let pdmn = Protection(rawValue: attributes["pdmn"]!.stringValue!)!
                 let row = codec.seal(cls, attributes: attributes, data: data,
-                                     persistentID: Sodium.randomBytes(16), classKey: try classKey(pdmn))
+                                     persistentID: PersistentID.make(at: now()), classKey: try classKey(pdmn))
                 do throws(KeychainError) {
                     _ = try table.insert(row)
                     summary.restored += 1

@@ -33,7 +33,7 @@ extension ItemStore {
         attributes["mdat"] = .date(stamp)
         let data = query.data ?? []
         var row = codec.seal(cls, attributes: attributes, data: data,
-                             persistentID: Sodium.randomBytes(16), classKey: key)
+                             persistentID: PersistentID.make(at: stamp), classKey: key)
         row.rowid = try database.transaction { () throws(KeychainError) -> Int64 in
             try insertReplacingCorrupt(row)
         }

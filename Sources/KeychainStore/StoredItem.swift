@@ -12,6 +12,19 @@ struct StoredItem {
     var itemClass: ItemClass { row.itemClass }
 }
 
+/// The 16 bytes behind a persistent reference: the creation time in milliseconds since 2001
+/// (6 bytes, big-endian), then 10 random bytes. Later ids sort later, so a new row's entry
+/// lands at the end of the persistref index rather than on a random page that its commit
+/// must write (the reasoning of UUIDv7); the 80 random bits keep ids distinct.
+enum PersistentID {
+    static func make(at time: Double) -> [UInt8] {
+        let ms = UInt64(max(0, min(time * 1000, Double(UInt64(1) << 47))))
+        var id = (0..<6).map { UInt8(truncatingIfNeeded: ms >> (8 * (5 - UInt64($0)))) }
+        id += Sodium.randomBytes(10)
+        return id
+    }
+}
+
 /// What turns attributes into rows and rows back into attributes: the keyed hashes, the
 /// associated data that binds a blob to its row, and the sealing itself.
 struct ItemCodec {

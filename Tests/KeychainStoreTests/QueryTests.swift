@@ -1,5 +1,5 @@
 import KeychainModel
-import KeychainStore
+@testable import KeychainStore
 import Testing
 
 @Suite("CopyMatching: matching and result shapes")
@@ -85,6 +85,16 @@ struct QueryTests {
         try t.store.update(genp("s", "c"), changes: ["acct": .string("renamed")], scope: TemporaryStore.app)
         let attrs = try #require(try t.attributes(["v_PersistentRef": .data(ref)]))
         #expect(attrs["acct"] == .string("renamed"))
+    }
+
+    @Test func persistentIDsSortByCreationTimeAndStayDistinct() {
+        let earlier = PersistentID.make(at: 785_000_000.000)
+        let later = PersistentID.make(at: 785_000_000.002)
+        let sameMoment = PersistentID.make(at: 785_000_000.002)
+        #expect(earlier.count == 16 && later.count == 16)
+        #expect(earlier.lexicographicallyPrecedes(later))
+        #expect(later.prefix(6) == sameMoment.prefix(6))
+        #expect(later != sameMoment)
     }
 
     @Test func persistentRefWithOtherAttributesIsAParameterError() throws {
