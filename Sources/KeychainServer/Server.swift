@@ -32,8 +32,9 @@ public struct ServerConfiguration: Sendable {
     }
 }
 
-/// The socket server: one accept thread, one thread per connection (so a slow or stuck client
-/// holds only its own thread), and the StoreExecutor that owns the store.
+/// The socket server: worker threads that each accept a connection and serve it to its end
+/// (so a slow or stuck client holds only its own thread), and the StoreExecutor that owns the
+/// store.
 public final class KeychainServer: @unchecked Sendable {
     private let configuration: ServerConfiguration
     private let logger: Logger
@@ -44,7 +45,9 @@ public final class KeychainServer: @unchecked Sendable {
     private let lock = NSLock()
     private var connections: [Int32: UnixSocket] = [:]
     private var shuttingDown = false
-    private let drained = DispatchGroup()
+    /// Workers now blocked in accept (or about to be).
+    private var acceptors = 0
+    private let workersRunning = DispatchGroup()
     private let busyPoll: BusyPoll
 
     /// Opens the store and binds the socket (replacing a stale one; refusing if a live daemon
@@ -87,9 +90,39 @@ public final class KeychainServer: @unchecked Sendable {
         unlink(path)
     }
 
-    /// Accepts connections until `shutdown()`; returns once every in-flight call has finished
+    /// Serves connections until `shutdown()`; returns once every in-flight call has finished
     /// and the store is closed.
     public func run() {
+        lock.lock()
+        for _ in 0..<Self.spareAcceptors { startWorker() }
+        lock.unlock()
+        workersRunning.wait()
+        executor.stop()
+        unlink(configuration.socketPath)
+        logger.info("keychaind stopped")
+    }
+
+    /// Worker threads waiting in accept when the daemon starts; a worker that takes the last
+    /// one's place starts another, so a connection always finds one waiting.
+    static let spareAcceptors = 2
+    /// Most workers left waiting in accept after their connections end; the rest exit.
+    static let maximumIdleWorkers = 8
+
+    /// Starts a worker that begins by accepting. Called with `lock` held.
+    private func startWorker() {
+        acceptors += 1
+        workersRunning.enter()
+        let thread = Thread { [self] in self.work() }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    /// A worker: accepts a connection itself and serves it to its end, then accepts again. A
+    /// new connection (each `keychain` command, each git credential lookup) so costs neither
+    /// a thread's creation nor a hand-off between threads; one slow or stuck client still
+    /// holds only its own worker.
+    private func work() {
+        defer { workersRunning.leave() }
         while true {
             let accepted: UnixSocket?
             do {
@@ -99,30 +132,32 @@ public final class KeychainServer: @unchecked Sendable {
                 Thread.sleep(forTimeInterval: 0.05)  // e.g. out of descriptors: do not spin
                 continue
             }
-            guard let socket = accepted else { break }
             lock.lock()
-            if shuttingDown {
+            acceptors -= 1
+            guard let socket = accepted, !shuttingDown else {
                 lock.unlock()
-                socket.close()
-                break
+                accepted?.close()
+                return
             }
+            if acceptors == 0 { startWorker() }
             if connections.count >= configuration.maxConnections {
+                acceptors += 1
                 lock.unlock()
                 logger.warning("refusing a connection: \(configuration.maxConnections) already open")
                 socket.close()
                 continue
             }
             connections[socket.fd] = socket
-            drained.enter()
             lock.unlock()
-            let thread = Thread { [self] in self.serve(socket) }
-            thread.stackSize = 1 << 20
-            thread.start()
+            serve(socket)
+            lock.lock()
+            if shuttingDown || acceptors >= Self.maximumIdleWorkers {
+                lock.unlock()
+                return
+            }
+            acceptors += 1
+            lock.unlock()
         }
-        drained.wait()
-        executor.stop()
-        unlink(configuration.socketPath)
-        logger.info("keychaind stopped")
     }
 
     /// Applies a reloaded config (SIGHUP): the access policy and the audit log. A new audit
@@ -172,13 +207,12 @@ public final class KeychainServer: @unchecked Sendable {
             connections[socket.fd] = nil
             lock.unlock()
             socket.close()
-            drained.leave()
         }
         guard let caller = Caller.of(socket) else {
             logger.warning("closing a connection whose peer credentials cannot be read")
             return
         }
-        let reader = FrameReader(socket)
+        let reader = FrameReader(socket, capacity: 16 << 10)
         var pace = ConnectionPace(connection: Int(socket.fd))
         while true {
             var payload: [UInt8]

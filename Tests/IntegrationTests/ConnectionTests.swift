@@ -1,0 +1,60 @@
+import Foundation
+import KeychainModel
+import KeychainProtocol
+import Testing
+
+/// One status call on `socket`; nil when the daemon closed the connection instead.
+private func status(on socket: UnixSocket) throws -> Int32? {
+    guard (try? socket.writeAll(Frame.encode(WireCodec.encode(.status)))) != nil,
+          let answer = try? Frame.read(from: socket, idleTimeoutMs: 5_000, frameTimeoutMs: 5_000) else { return nil }
+    return try WireCodec.decodeResponse(answer).status
+}
+
+/// The daemon's thread ids.
+private func threads(of pid: Int32) throws -> Set<String> {
+    Set(try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task"))
+}
+
+@Suite("Connections and the daemon's threads", .serialized)
+struct ConnectionTests {
+    @Test func successiveConnectionsAreServedByTheSameThreads() throws {
+        let d = try RunningDaemon()
+        for _ in 0..<3 {
+            let s = try UnixSocket.connect(path: d.socketPath)
+            #expect(try status(on: s) == 0)
+            s.close()
+        }
+        let before = try threads(of: d.pid)
+        for _ in 0..<100 {
+            let s = try UnixSocket.connect(path: d.socketPath)
+            #expect(try status(on: s) == 0)
+            s.close()
+        }
+        #expect(try threads(of: d.pid) == before, "a thread was created or ended for a connection")
+    }
+
+    @Test func aConnectionBeyondMaxConnectionsIsClosedAndTheOthersAreServed() throws {
+        let d = try RunningDaemon(config: "max_connections = 4")
+        var open: [UnixSocket] = []
+        defer { for s in open { s.close() } }
+        for _ in 0..<4 {
+            let s = try UnixSocket.connect(path: d.socketPath)
+            #expect(try status(on: s) == 0)
+            open.append(s)
+        }
+        let refused = try UnixSocket.connect(path: d.socketPath)
+        #expect(try status(on: refused) == nil)
+        refused.close()
+        for s in open { #expect(try status(on: s) == 0) }
+        #expect(d.log.contains("refusing a connection: 4 already open"))
+        // A place freed is a place taken.
+        open.removeLast().close()
+        var served = false
+        for _ in 0..<50 where !served {  // the daemon notices the close when it next reads
+            let s = try UnixSocket.connect(path: d.socketPath)
+            served = try status(on: s) == 0
+            if served { open.append(s) } else { s.close(); usleep(20_000) }
+        }
+        #expect(served)
+    }
+}
