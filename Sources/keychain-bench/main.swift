@@ -118,33 +118,52 @@ func startDaemon(suffix: String = "") -> (Process, String, String) {
 
 /// Median wall time of running a command `runs` times, in milliseconds. posix_spawn directly:
 /// Foundation's Process adds tens of milliseconds of its own per launch on Linux.
-func medianProcessTime(_ path: String, _ args: [String], env: [String: String] = [:], runs: Int = 200) -> Double? {
-    guard FileManager.default.isExecutableFile(atPath: path) else { return nil }
-    var environment = ProcessInfo.processInfo.environment.merging(env) { $1 }.map { "\($0.key)=\($0.value)" }
-    _ = environment
-    let argv = ([path] + args).map { strdup($0) } + [nil]
-    let envp = environment.map { strdup($0) } + [nil]
-    defer {
+/// A command spawned with posix_spawn (stdout and stderr to /dev/null) and timed as a whole
+/// process, from spawn to exit.
+final class TimedCommand {
+    private let path: String
+    private let argv: [UnsafeMutablePointer<CChar>?]
+    private let envp: [UnsafeMutablePointer<CChar>?]
+    private var actions = posix_spawn_file_actions_t()
+
+    init?(_ path: String, _ args: [String], env: [String: String] = [:]) {
+        guard FileManager.default.isExecutableFile(atPath: path) else { return nil }
+        self.path = path
+        argv = ([path] + args).map { strdup($0) } + [nil]
+        envp = ProcessInfo.processInfo.environment.merging(env) { $1 }.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        posix_spawn_file_actions_init(&actions)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    }
+
+    deinit {
         argv.forEach { free($0) }
         envp.forEach { free($0) }
+        posix_spawn_file_actions_destroy(&actions)
     }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    var times: [UInt64] = []
-    for _ in 0..<runs {
+
+    /// Nanoseconds from spawn to exit; nil if it could not be spawned or failed.
+    func run() -> UInt64? {
         var pid: pid_t = 0
         let t0 = now()
         guard posix_spawn(&pid, path, &actions, nil, argv, envp) == 0 else { return nil }
         var status: Int32 = 0
         waitpid(pid, &status, 0)
-        times.append(now() - t0)
+        return status == 0 ? now() - t0 : nil
     }
-    times.sort()
-    environment = []
-    return Double(times[times.count / 2]) / 1e6
+}
+
+/// Median wall times of `commands`, run in turn `runs` times each, so that the machine's noise
+/// falls on all of them alike.
+func interleavedMedians(_ commands: [TimedCommand], runs: Int = 200) -> [Double]? {
+    var times = Array(repeating: [UInt64](), count: commands.count)
+    for _ in 0..<runs {
+        for (i, command) in commands.enumerated() {
+            guard let t = command.run() else { return nil }
+            times[i].append(t)
+        }
+    }
+    return times.map { Double($0.sorted()[$0.count / 2]) / 1e6 }
 }
 
 let options = Options(Array(CommandLine.arguments.dropFirst()))
@@ -193,12 +212,10 @@ if !options.skipCLI {
     try? setup.add(["class": .string("genp"), "svce": .string("cli"), "acct": .string("a"), "v_Data": .data(Array("x".utf8))])
     let dir = ((try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0] as String)
     let cli = (dir as NSString).deletingLastPathComponent + "/keychain"
-    if let ms = medianProcessTime(cli, ["get", "--service", "cli", "--account", "a"], env: ["KEYCHAIN_SOCKET": socket]) {
-        print(String(format: "cli    keychain get (whole process)   median=%.3fms", ms))
-    }
-    // keyctl pipe, timed the same way, as the yardstick (Debian's keyutils).
+    let keychainGet = TimedCommand(cli, ["get", "--service", "cli", "--account", "a"], env: ["KEYCHAIN_SOCKET": socket])
+    // keyctl pipe, timed the same way and in turn with keychain get, as the yardstick (Debian's keyutils).
     let keyctl = "/usr/bin/keyctl"
-    if FileManager.default.isExecutableFile(atPath: keyctl) {
+    if let keychainGet, FileManager.default.isExecutableFile(atPath: keyctl) {
         let add = Process()
         add.executableURL = URL(fileURLWithPath: keyctl)
         add.arguments = ["add", "user", "kcbench", "x", "@u"]
@@ -208,8 +225,10 @@ if !options.skipCLI {
         add.waitUntilExit()
         let id = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             .trimmingCharacters(in: .whitespacesAndNewlines)
-        if let ms = medianProcessTime(keyctl, ["pipe", id]) {
-            print(String(format: "cli    keyctl pipe (whole process)    median=%.3fms", ms))
+        if let keyctlPipe = TimedCommand(keyctl, ["pipe", id]),
+           let medians = interleavedMedians([keychainGet, keyctlPipe]) {
+            print(String(format: "cli    keychain get (whole process)   median=%.3fms", medians[0]))
+            print(String(format: "cli    keyctl pipe (whole process)    median=%.3fms  ratio=%.2f", medians[1], medians[0] / medians[1]))
         }
     } else {
         print("cli    keyctl not installed (apt-get install keyutils) — no yardstick")
