@@ -91,17 +91,16 @@ public enum AttributeCodec {
 
     public static func encode(_ dict: AttributeDictionary, into w: inout ByteWriter) {
         w.u32(UInt32(dict.count))
-        for key in dict.keys.sorted() {
-            let k = Array(key.utf8)
-            w.u16(UInt16(k.count))
-            w.raw(k)
-            encodeValue(dict[key]!, into: &w)
+        for (key, value) in dict.sorted(by: { $0.key < $1.key }) {
+            w.u16(UInt16(key.utf8.count))
+            w.raw(key.utf8)
+            encodeValue(value, into: &w)
         }
     }
 
     public static func encodeValue(_ value: AttributeValue, into w: inout ByteWriter) {
         switch value {
-        case .string(let s): w.u8(Tag.string.rawValue); w.lengthPrefixed(Array(s.utf8))
+        case .string(let s): w.u8(Tag.string.rawValue); w.lengthPrefixed(s.utf8)
         case .data(let d): w.u8(Tag.data.rawValue); w.lengthPrefixed(d)
         case .int(let i): w.u8(Tag.int.rawValue); w.u64(UInt64(bitPattern: i))
         case .bool(let b): w.u8(Tag.bool.rawValue); w.u8(b ? 1 : 0)

@@ -202,7 +202,7 @@ public enum WireCodec {
         var w = ByteWriter(capacity: 64)
         w.u8(version)
         w.u32(UInt32(bitPattern: response.status))
-        w.lengthPrefixed(Array(response.message.utf8))
+        w.lengthPrefixed(response.message.utf8)
         switch response.result {
         case .none: w.u8(0)
         case .single(let item): w.u8(1); encode(item, into: &w)

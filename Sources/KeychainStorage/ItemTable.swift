@@ -125,7 +125,13 @@ public struct ItemTable {
         let head = Self.classSQL[filter.itemClass]!
         let codes = head.codes
         // Hash conditions in column order, so that one shape always binds in one order.
-        let hashes = filter.hashes.sorted { Self.columnIndex[$0.code]! < Self.columnIndex[$1.code]! }
+        var hashes = filter.hashes
+        var columns = hashes.map { Self.columnIndex[$0.code]! }
+        if !zip(columns, columns.dropFirst()).allSatisfy({ $0 < $1 }) {
+            let sorted = zip(columns, hashes).sorted { $0.0 < $1.0 }
+            columns = sorted.map(\.0)
+            hashes = sorted.map(\.1)
+        }
         var values: [SQLValue] = []
         values.reserveCapacity(filter.accessGroups.count + hashes.count + 3)
         values += filter.accessGroups.map(SQLValue.text)
@@ -133,9 +139,9 @@ public struct ItemTable {
         if let s = filter.sync { values.append(.int(s)) }
         if let id = filter.persistentID { values.append(.blob(id)) }
         var columnMask: UInt64 = 0
-        for (code, hash) in hashes {
+        for ((code, hash), column) in zip(hashes, columns) {
             precondition(codes.contains(code), "\(code) is not a column of \(filter.itemClass.rawValue)")
-            columnMask |= 1 << UInt64(Self.columnIndex[code]!)
+            columnMask |= 1 << UInt64(column)
             values.append(.blob(hash))
         }
         let limit = filter.limit.flatMap { $0 < 1 << 20 ? $0 : nil }

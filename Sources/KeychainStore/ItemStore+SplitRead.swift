@@ -41,7 +41,7 @@ extension ItemStore {
     /// The candidate rows and their class keys (needs exclusive access). A row of a class whose
     /// key is not loaded fails the whole call, as in `copyMatching`.
     public func fetch(_ prepared: PreparedSearch) throws(KeychainError) -> FetchedRows {
-        var rows: [(ItemRow, SecureKey)] = []
+        var rows: [(row: ItemRow, key: SecureKey)] = []
         var corrupt = 0
         try table.forEach(prepared.plan.filter) { (row) throws(KeychainError) -> Bool in
             guard let pdmn = row.protection else {

@@ -48,9 +48,9 @@ struct ItemCodec {
     /// sync, persistent id and every lookup column.
     func identity(of row: ItemRow) -> [UInt8] {
         var w = ByteWriter(capacity: 64 + row.accessGroup.utf8.count + 20 * row.hashes.count)
-        w.lengthPrefixed(Array(row.itemClass.rawValue.utf8))
-        w.lengthPrefixed(Array((row.protection?.rawValue ?? "").utf8))
-        w.lengthPrefixed(Array(row.accessGroup.utf8))
+        w.lengthPrefixed(row.itemClass.rawValue.utf8)
+        w.lengthPrefixed((row.protection?.rawValue ?? "").utf8)
+        w.lengthPrefixed(row.accessGroup.utf8)
         w.u64(UInt64(bitPattern: row.sync))
         w.lengthPrefixed(row.persistentID)
         for spec in ClassSchema.of(row.itemClass)!.columnAttributes {
