@@ -77,7 +77,10 @@ let package = Package(
         // (and so `swift test`) builds with every other product. Not dependencies: the CLI's
         // static-link flags must not reach the test bundle.
         .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol"]),
-        .testTarget(name: "KeychainServerTests", dependencies: ["KeychainServer", "KeychainProtocol"]),
+        .testTarget(name: "KeychainServerTests", dependencies: [
+            "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(
             name: "KeychainStoreTests",
             dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto"]

@@ -47,6 +47,8 @@ public final class KeychainServer: @unchecked Sendable {
     private var shuttingDown = false
     /// Workers now blocked in accept (or about to be).
     private var acceptors = 0
+    /// Workers started since the daemon started.
+    private var workersStarted = 0
     private let workersRunning = DispatchGroup()
     private let busyPoll: BusyPoll
 
@@ -108,9 +110,17 @@ public final class KeychainServer: @unchecked Sendable {
     /// Most workers left waiting in accept after their connections end; the rest exit.
     static let maximumIdleWorkers = 8
 
+    /// How many worker threads have been started so far.
+    var startedWorkers: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return workersStarted
+    }
+
     /// Starts a worker that begins by accepting. Called with `lock` held.
     private func startWorker() {
         acceptors += 1
+        workersStarted += 1
         workersRunning.enter()
         let thread = Thread { [self] in self.work() }
         thread.stackSize = 1 << 20

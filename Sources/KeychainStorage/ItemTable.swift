@@ -124,9 +124,38 @@ public struct ItemTable {
         guard !filter.accessGroups.isEmpty else { return }
         let head = Self.classSQL[filter.itemClass]!
         let codes = head.codes
+        let clause = Self.clause(filter)
+        guard let shape = clause.shape else {
+            try db.query(head.select + clause.conditions(), clause.values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
+            return
+        }
+        try db.query(shape: shape, sql: { head.select + clause.conditions() }, clause.values) { (s) throws(KeychainError) in
+            try readRows(s, codes: codes, body)
+        }
+    }
+
+    /// Deletes every row the filter selects in one statement (no row is read into memory);
+    /// returns how many.
+    public func deleteRows(_ filter: RowFilter) throws(KeychainError) -> Int {
+        guard !filter.accessGroups.isEmpty else { return 0 }
+        precondition(filter.limit == nil, "a delete acts on every match")
+        let clause = Self.clause(filter)
+        let sql = { "DELETE FROM items WHERE class = '\(filter.itemClass.rawValue)'" + clause.conditions() }
+        guard let shape = clause.shape else {
+            try db.run(sql(), clause.values)
+            return db.changes
+        }
+        try db.query(shape: shape | 1 << 63, sql: sql, clause.values) { (s) throws(KeychainError) in while try s.step() {} }
+        return db.changes
+    }
+
+    /// A filter's conditions after the class: the SQL (" AND ..."), its bound values, and the
+    /// shape that identifies the SQL for the statement cache (nil for very many groups).
+    private static func clause(_ filter: RowFilter) -> (conditions: () -> String, values: [SQLValue], shape: UInt64?) {
+        let codes = classSQL[filter.itemClass]!.codes
         // Hash conditions in column order, so that one shape always binds in one order.
         var hashes = filter.hashes
-        var columns = hashes.map { Self.columnIndex[$0.code]! }
+        var columns = hashes.map { columnIndex[$0.code]! }
         if !zip(columns, columns.dropFirst()).allSatisfy({ $0 < $1 }) {
             let sorted = zip(columns, hashes).sorted { $0.0 < $1.0 }
             columns = sorted.map(\.0)
@@ -145,9 +174,8 @@ public struct ItemTable {
             values.append(.blob(hash))
         }
         let limit = filter.limit.flatMap { $0 < 1 << 20 ? $0 : nil }
-        func sql() -> String {
-            var sql = head.select
-            sql += " AND agrp IN (\(filter.accessGroups.map { _ in "?" }.joined(separator: ", ")))"
+        let conditions = { () -> String in
+            var sql = " AND agrp IN (\(filter.accessGroups.map { _ in "?" }.joined(separator: ", ")))"
             if filter.protection != nil { sql += " AND pdmn = ?" }
             if filter.sync != nil { sql += " AND sync = ?" }
             if filter.persistentID != nil { sql += " AND persistref = ?" }
@@ -157,11 +185,9 @@ public struct ItemTable {
             if let limit { sql += " LIMIT \(limit)" }
             return sql
         }
-        guard filter.accessGroups.count < 256 else {
-            try db.query(sql(), values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
-            return
-        }
-        // The shape: class, group count, which optional conditions, which columns, limit.
+        guard filter.accessGroups.count < 256 else { return (conditions, values, nil) }
+        // The shape: class, group count, which optional conditions, which columns, limit
+        // (bit 63 is left for the statement kind).
         let classIndex = UInt64(ItemClass.stored.firstIndex(of: filter.itemClass)!)
         var shape = classIndex | UInt64(filter.accessGroups.count) << 2
         if filter.protection != nil { shape |= 1 << 10 }
@@ -169,7 +195,7 @@ public struct ItemTable {
         if filter.persistentID != nil { shape |= 1 << 12 }
         shape |= columnMask << 13  // 25 columns: bits 13...37
         if let limit { shape |= UInt64(limit + 1) << 38 }  // up to 2^20: bits 38...58
-        try db.query(shape: shape, sql: sql, values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
+        return (conditions, values, shape)
     }
 
     /// Every row of one class and protection class, whatever its group (for backups).

@@ -167,16 +167,14 @@ extension ItemStore {
         }
         let plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
         try database.transaction { () throws(KeychainError) in
-            let rowids: [Int64]
-            if plan.needsOpening {
-                let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
-                guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
-                rowids = items.map(\.row.rowid)
-            } else {
-                rowids = try table.rows(plan.filter).map(\.rowid)
-                guard !rowids.isEmpty else { throw Self.nothingFound(corrupt: 0) }
+            guard plan.needsOpening else {
+                // Every condition is a column: SQLite finds and deletes the rows in one statement.
+                guard try table.deleteRows(plan.filter) > 0 else { throw Self.nothingFound(corrupt: 0) }
+                return
             }
-            for id in rowids { try table.delete(rowid: id) }
+            let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
+            guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
+            for item in items { try table.delete(rowid: item.row.rowid) }
         }
     }
 }

@@ -49,10 +49,24 @@ func percentile(_ sorted: [UInt64], _ p: Double) -> Double {
     return Double(sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]) / 1000
 }
 
+/// One figure: operations, the wall time they took, and each one's latency. Figures of
+/// several rounds add up.
+struct Figure {
+    var operations = 0
+    var seconds = 0.0
+    var latencies: [UInt64] = []
+
+    mutating func add(_ other: Figure) {
+        operations += other.operations
+        seconds += other.seconds
+        latencies += other.latencies
+    }
+}
+
 /// Runs `perClient(client, index)` `count` times split over `clients` threads, each with its
-/// own connection; returns ops/s and the sorted latencies.
+/// own connection.
 func measure(clients: Int, count: Int, socket: String,
-             _ body: @escaping @Sendable (KeychainConnection, Int) throws -> Void) -> (Double, [UInt64]) {
+             _ body: @escaping @Sendable (KeychainConnection, Int) throws -> Void) -> Figure {
     final class Collected: @unchecked Sendable {
         let lock = NSLock()
         var latencies: [UInt64] = []
@@ -81,16 +95,15 @@ func measure(clients: Int, count: Int, socket: String,
         thread.start()
     }
     group.wait()
-    let seconds = Double(now() - start) / 1e9
-    return (Double(count) / seconds, collected.latencies.sorted())
+    return Figure(operations: count, seconds: Double(now() - start) / 1e9, latencies: collected.latencies)
 }
 
-func report(_ op: String, n: Int, c: Int, _ result: (Double, [UInt64]), shown: Bool = true) {
+func report(_ op: String, n: Int, c: Int, _ figure: Figure, shown: Bool = true) {
     guard shown else { return }
-    let (rate, lat) = result
+    let lat = figure.latencies.sorted()
     let name = op.padding(toLength: 6, withPad: " ", startingAt: 0)
     print(name + String(format: " n=%-6d c=%d  ops/s=%8.0f  p50=%7.1fus  p99=%7.1fus",
-                        n, c, rate, percentile(lat, 0.5), percentile(lat, 0.99)))
+                        n, c, Double(figure.operations) / figure.seconds, percentile(lat, 0.5), percentile(lat, 0.99)))
     fflush(nil)
 }
 
@@ -185,26 +198,42 @@ for c in options.clients where options.ops.contains("status") {
     })
 }
 
+// A small keychain's writes are over in a fraction of a second, too short to average out the
+// machine's noise (one slow fsync moves the figure): they run in rounds until each figure
+// covers at least `minimumWrites` operations. Every round starts from an empty keychain.
+let minimumWrites = 10_000
 for n in options.sizes {
     for c in options.clients {
-        try? setup.delete(["class": .string("genp"), "svce": .string("bench")])
-        report("add", n: n, c: c, measure(clients: c, count: n, socket: socket) { conn, i in
-            var d = item(i)
-            d["v_Data"] = .data(Array("secret-value-\(i)".utf8))
-            try conn.add(d)
-        }, shown: options.ops.contains("add"))
-        let gets = max(n, options.getsPerClient * c)
-        if options.ops.contains("get") { report("get", n: n, c: c, measure(clients: c, count: gets, socket: socket) { conn, i in
-            var q = item((i &* 7919) % n)
-            q["r_Data"] = .bool(true)
-            guard case .single(.data) = try conn.copyMatching(q) else { fatalError("get returned no data") }
-        }) }
-        if options.ops.contains("update") { report("update", n: n, c: c, measure(clients: c, count: min(n, 20_000), socket: socket) { conn, i in
-            try conn.update(item(i), ["v_Data": .data(Array("changed-\(i)".utf8))])
-        }) }
-        if options.ops.contains("delete") { report("delete", n: n, c: c, measure(clients: c, count: n, socket: socket) { conn, i in
-            try conn.delete(item(i))
-        }) }
+        var adds = Figure(), gets = Figure(), updates = Figure(), deletes = Figure()
+        for round in 0..<max(1, minimumWrites / n) {
+            try? setup.delete(["class": .string("genp"), "svce": .string("bench")])
+            adds.add(measure(clients: c, count: n, socket: socket) { conn, i in
+                var d = item(i)
+                d["v_Data"] = .data(Array("secret-value-\(i)".utf8))
+                try conn.add(d)
+            })
+            if round == 0 && options.ops.contains("get") {
+                gets = measure(clients: c, count: max(n, options.getsPerClient * c), socket: socket) { conn, i in
+                    var q = item((i &* 7919) % n)
+                    q["r_Data"] = .bool(true)
+                    guard case .single(.data) = try conn.copyMatching(q) else { fatalError("get returned no data") }
+                }
+            }
+            if options.ops.contains("update") {
+                updates.add(measure(clients: c, count: min(n, 20_000), socket: socket) { conn, i in
+                    try conn.update(item(i), ["v_Data": .data(Array("changed-\(i)".utf8))])
+                })
+            }
+            if options.ops.contains("delete") {
+                deletes.add(measure(clients: c, count: n, socket: socket) { conn, i in
+                    try conn.delete(item(i))
+                })
+            }
+        }
+        report("add", n: n, c: c, adds, shown: options.ops.contains("add"))
+        report("get", n: n, c: c, gets, shown: options.ops.contains("get"))
+        report("update", n: n, c: c, updates, shown: options.ops.contains("update"))
+        report("delete", n: n, c: c, deletes, shown: options.ops.contains("delete"))
     }
 }
 

@@ -10,29 +10,8 @@ private func status(on socket: UnixSocket) throws -> Int32? {
     return try WireCodec.decodeResponse(answer).status
 }
 
-/// The daemon's thread ids.
-private func threads(of pid: Int32) throws -> Set<String> {
-    Set(try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task"))
-}
-
-@Suite("Connections and the daemon's threads", .serialized)
+@Suite("Connections beyond the limit", .serialized)
 struct ConnectionTests {
-    @Test func successiveConnectionsAreServedByTheSameThreads() throws {
-        let d = try RunningDaemon()
-        for _ in 0..<3 {
-            let s = try UnixSocket.connect(path: d.socketPath)
-            #expect(try status(on: s) == 0)
-            s.close()
-        }
-        let before = try threads(of: d.pid)
-        for _ in 0..<100 {
-            let s = try UnixSocket.connect(path: d.socketPath)
-            #expect(try status(on: s) == 0)
-            s.close()
-        }
-        #expect(try threads(of: d.pid) == before, "a thread was created or ended for a connection")
-    }
-
     @Test func aConnectionBeyondMaxConnectionsIsClosedAndTheOthersAreServed() throws {
         let d = try RunningDaemon(config: "max_connections = 4")
         var open: [UnixSocket] = []
