@@ -191,6 +191,44 @@ if let s = options.socket {
 let setup = KeychainConnection(socketPath: socket)
 print("keychain-bench: socket \(socket), \(ProcessInfo.processInfo.activeProcessorCount) cores")
 
+/// The machine's own floor, measured now: a 64-byte ping-pong over a socketpair between two
+/// threads, with no keychain code in the loop. The issue's yardstick ("a bare Unix-socket
+/// round trip takes about 15 microseconds"); on a noisy machine it moves with everything else.
+func bareRoundTrip(count: Int = 20_000) -> Figure {
+    var fds: [Int32] = [0, 0]
+    guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { return Figure() }
+    let echo = fds[1]
+    let thread = Thread {
+        var buffer = [UInt8](repeating: 0, count: 64)
+        while true {
+            let n = recv(echo, &buffer, 64, 0)
+            if n <= 0 { break }
+            _ = send(echo, buffer, n, 0)
+        }
+    }
+    thread.start()
+    var buffer = [UInt8](repeating: 0, count: 64)
+    var latencies: [UInt64] = []
+    latencies.reserveCapacity(count)
+    let start = now()
+    for _ in 0..<count {
+        let t0 = now()
+        _ = send(fds[0], buffer, 64, 0)
+        var got = 0
+        while got < 64 {
+            let n = buffer.withUnsafeMutableBytes { recv(fds[0], $0.baseAddress! + got, 64 - got, 0) }
+            if n <= 0 { break }
+            got += n
+        }
+        latencies.append(now() - t0)
+    }
+    let seconds = Double(now() - start) / 1e9
+    close(fds[0])
+    close(fds[1])
+    return Figure(operations: count, seconds: seconds, latencies: latencies)
+}
+report("bare", n: 0, c: 1, bareRoundTrip())
+
 // The floor every call pays: a status call, one socket round trip and no store work.
 for c in options.clients where options.ops.contains("status") {
     report("status", n: 0, c: c, measure(clients: c, count: options.getsPerClient * c, socket: socket) { conn, _ in
