@@ -181,7 +181,7 @@ public final class KeychainConnection: Sendable {
                     let sent = MonotonicClock.nanoseconds()
                     var contended = false
                     if link.reads.shouldWatch(windowNs: watchNs) {
-                        _ = try link.reader.watch(forNs: watchNs) {
+                        _ = link.reader.watch(forNs: watchNs) {
                             // A yield that gave the CPU away means other threads want it:
                             // stop watching and let them run.
                             let before = MonotonicClock.nanoseconds()

@@ -123,10 +123,11 @@ public final class FrameReader {
     }
 
     /// Watches the socket without sleeping, for up to `windowNs` nanoseconds or until
-    /// `keepWatching` says stop; true when data has arrived (then `next` will not sleep).
+    /// `keepWatching` says stop; true when data, the peer's close or an error has arrived
+    /// (then `next` will not sleep, and reports a close or an error as usual).
     /// A sleeping reader pays for the kernel to wake its CPU when the data comes; a watching
     /// one does not, at the price of the CPU time it watches for.
-    public func watch(forNs windowNs: UInt64, while keepWatching: () -> Bool) throws(SocketFailure) -> Bool {
+    public func watch(forNs windowNs: UInt64, while keepWatching: () -> Bool) -> Bool {
         if buffered > 0 { return true }
         start = 0
         end = 0
@@ -139,8 +140,9 @@ public final class FrameReader {
                 end = n
                 return true
             }
-            if n == 0 { throw .closed }
-            if errno != EAGAIN && errno != EINTR { return false }  // let next() report it
+            // The peer closed, or an error: stop watching and let next() read it and report
+            // it as it would have (a close between frames is a clean end, not a failure).
+            if n == 0 || (errno != EAGAIN && errno != EINTR) { return true }
         } while keepWatching() && MonotonicClock.nanoseconds() < deadline
         return false
     }

@@ -44,10 +44,10 @@ final class BusyPoll: Sendable {
 
     /// Watches `reader` for the next request if this connection may (`beginWatching`).
     /// Returns when data has arrived or watching stopped; the caller then reads as usual.
-    func watch(_ reader: FrameReader, pace: ConnectionPace) throws(SocketFailure) {
+    func watch(_ reader: FrameReader, pace: ConnectionPace) {
         guard beginWatching(pace: pace, at: MonotonicClock.nanoseconds()) else { return }
         defer { endWatching() }
-        _ = try reader.watch(forNs: windowNs) { serving.load(ordering: .relaxed) == 0 }
+        _ = reader.watch(forNs: windowNs) { serving.load(ordering: .relaxed) == 0 }
     }
 
     /// Claims the one watching slot, if this connection should watch at all.

@@ -227,7 +227,7 @@ public final class KeychainServer: @unchecked Sendable {
         while true {
             var payload: [UInt8]
             do {
-                try busyPoll.watch(reader, pace: pace)
+                busyPoll.watch(reader, pace: pace)
                 guard let frame = try reader.next(idleTimeoutMs: configuration.idleTimeoutMs,
                                                   frameTimeoutMs: configuration.frameTimeoutMs) else { return }
                 payload = frame

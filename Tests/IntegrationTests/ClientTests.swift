@@ -40,6 +40,18 @@ struct ClientTests {
         }
     }
 
+    @Test func aClientLeavingRightAfterBackToBackCallsIsACleanDisconnect() throws {
+        let d = try RunningDaemon()
+        for _ in 0..<5 {
+            var connection: KeychainConnection? = KeychainConnection(socketPath: d.socketPath)
+            for _ in 0..<50 { _ = try connection!.status() }
+            connection = nil  // closes the socket while the daemon may be watching it
+            _ = connection
+        }
+        _ = try KeychainConnection(socketPath: d.socketPath).status()
+        #expect(!d.log.contains("mid-frame"), "a close between frames was logged as a failure")
+    }
+
     @Test func errorsCarryTheDaemonsStatusAndMessage() throws {
         let d = try RunningDaemon()
         let c = KeychainConnection(socketPath: d.socketPath)
