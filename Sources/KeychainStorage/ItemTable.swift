@@ -121,10 +121,28 @@ public struct ItemTable {
     /// Calls `body` for each row the filter selects, in SQLite's scan order, until it returns false.
     /// `body` must not use the table (collect rows first to change them).
     public func forEach(_ filter: RowFilter, _ body: (ItemRow) throws(KeychainError) -> Bool) throws(KeychainError) {
-        guard !filter.accessGroups.isEmpty else { return }
-        let head = Self.classSQL[filter.itemClass]!
+        try forEach(Self.selection(filter), body)
+    }
+
+    /// A filter turned into SQL conditions, bound values and a statement shape: built once,
+    /// outside any lock, so that a caller serialising access to the table holds its lock
+    /// only for the lookup itself.
+    public struct Selection: @unchecked Sendable {
+        let itemClass: ItemClass
+        let isEmpty: Bool
+        let clause: (conditions: () -> String, values: [SQLValue], shape: UInt64?)
+    }
+
+    public static func selection(_ filter: RowFilter) -> Selection {
+        Selection(itemClass: filter.itemClass, isEmpty: filter.accessGroups.isEmpty, clause: clause(filter))
+    }
+
+    /// `forEach` for a selection built beforehand.
+    public func forEach(_ selection: Selection, _ body: (ItemRow) throws(KeychainError) -> Bool) throws(KeychainError) {
+        guard !selection.isEmpty else { return }
+        let head = Self.classSQL[selection.itemClass]!
         let codes = head.codes
-        let clause = Self.clause(filter)
+        let clause = selection.clause
         guard let shape = clause.shape else {
             try db.query(head.select + clause.conditions(), clause.values) { (s) throws(KeychainError) in try readRows(s, codes: codes, body) }
             return

@@ -14,6 +14,8 @@ public struct PreparedSearch: @unchecked Sendable {
     /// The rows were cut off by SQL LIMIT: if some of them turn out to be altered, there may be
     /// more matches beyond the cut, and the full path must run instead.
     let limitedInSQL: Bool
+    /// The plan's filter as SQL, built before the lock is taken.
+    let selection: ItemTable.Selection
 }
 
 /// The rows a prepared search selected, each with the class key that opens it.
@@ -35,7 +37,7 @@ extension ItemStore {
         var plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
         let limited = plan.checks.isEmpty && query.limit.maxRows != nil
         if limited { plan.filter.limit = query.limit.maxRows }
-        return PreparedSearch(query: query, plan: plan, limitedInSQL: limited)
+        return PreparedSearch(query: query, plan: plan, limitedInSQL: limited, selection: ItemTable.selection(plan.filter))
     }
 
     /// The candidate rows and their class keys (needs exclusive access). A row of a class whose
@@ -43,7 +45,7 @@ extension ItemStore {
     public func fetch(_ prepared: PreparedSearch) throws(KeychainError) -> FetchedRows {
         var rows: [(row: ItemRow, key: SecureKey)] = []
         var corrupt = 0
-        try table.forEach(prepared.plan.filter) { (row) throws(KeychainError) -> Bool in
+        try table.forEach(prepared.selection) { (row) throws(KeychainError) -> Bool in
             guard let pdmn = row.protection else {
                 corrupt += 1
                 return true
