@@ -30,7 +30,11 @@ public final class KeychainConnection: Sendable {
     }
 
     /// `socketPath` nil means KEYCHAIN_SOCKET, else the default path (docs/protocol.md).
-    public init(socketPath: String? = nil, timeoutMs: Int32 = 60_000, busyPollMicroseconds: Int = 40) {
+    /// The default `busyPollMicroseconds`.
+    public static let defaultBusyPollMicroseconds = 40
+
+    public init(socketPath: String? = nil, timeoutMs: Int32 = 60_000,
+                busyPollMicroseconds: Int = KeychainConnection.defaultBusyPollMicroseconds) {
         self.socketPath = DefaultPaths.clientSocketPath(socketPath)
         self.timeoutMs = timeoutMs
         self.busyPollMicroseconds = max(0, busyPollMicroseconds)
@@ -177,28 +181,22 @@ public final class KeychainConnection: Sendable {
             do {
                 try connection.writeAll(frame)
                 written = true
-                if watchNs > 0 {
-                    let sent = MonotonicClock.nanoseconds()
-                    var contended = false
-                    if link.reads.shouldWatch(windowNs: watchNs) {
-                        _ = link.reader.watch(forNs: watchNs) {
-                            // A yield that gave the CPU away means other threads want it:
-                            // stop watching and let them run.
-                            let before = MonotonicClock.nanoseconds()
-                            sched_yield()
-                            contended = MonotonicClock.nanoseconds() &- before > ReadPace.contendedYieldNs
-                            return !contended
-                        }
+                let sent = watchNs > 0 ? MonotonicClock.nanoseconds() : 0
+                var contended = false
+                if watchNs > 0 && link.reads.shouldWatch(windowNs: watchNs) {
+                    _ = link.reader.watch(forNs: watchNs) {
+                        // A yield that gave the CPU away means other threads want it: stop
+                        // watching and let them run.
+                        let before = MonotonicClock.nanoseconds()
+                        sched_yield()
+                        contended = MonotonicClock.nanoseconds() &- before > ReadPace.contendedYieldNs
+                        return !contended
                     }
-                    guard let payload = try link.reader.next(idleTimeoutMs: timeoutMs, frameTimeoutMs: timeoutMs) else {
-                        throw SocketFailure.closed
-                    }
-                    current?.reads.record(contended ? 4 * watchNs : MonotonicClock.nanoseconds() &- sent)
-                    return try WireCodec.decodeResponse(payload)
                 }
                 guard let payload = try link.reader.next(idleTimeoutMs: timeoutMs, frameTimeoutMs: timeoutMs) else {
                     throw SocketFailure.closed
                 }
+                if watchNs > 0 { current?.reads.record(contended ? 4 * watchNs : MonotonicClock.nanoseconds() &- sent) }
                 return try WireCodec.decodeResponse(payload)
             } catch let failure as SocketFailure {
                 connection.close()

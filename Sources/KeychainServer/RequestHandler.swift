@@ -229,11 +229,7 @@ final class RequestHandler {
 
 /// The daemon's clocks: monotonic for time-outs, wall for what must survive a restart.
 enum Clock {
-    static func monotonic() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
+    static func monotonic() -> Double { Double(MonotonicClock.nanoseconds()) / 1e9 }
 
     static func wall() -> Double {
         var ts = timespec()

@@ -155,9 +155,10 @@ public struct ItemTable {
     /// Deletes every row the filter selects in one statement (no row is read into memory);
     /// returns how many.
     public func deleteRows(_ filter: RowFilter) throws(KeychainError) -> Int {
-        guard !filter.accessGroups.isEmpty else { return 0 }
         precondition(filter.limit == nil, "a delete acts on every match")
-        let clause = Self.clause(filter)
+        let selection = Self.selection(filter)
+        guard !selection.isEmpty else { return 0 }
+        let clause = selection.clause
         let sql = { "DELETE FROM items WHERE class = '\(filter.itemClass.rawValue)'" + clause.conditions() }
         guard let shape = clause.shape else {
             try db.run(sql(), clause.values)
@@ -252,12 +253,6 @@ public struct ItemTable {
             row.rowid = s.int(0)
             guard try body(row) else { break }
         }
-    }
-
-    public func rows(_ filter: RowFilter) throws(KeychainError) -> [ItemRow] {
-        var out: [ItemRow] = []
-        try forEach(filter) { row in out.append(row); return true }
-        return out
     }
 
     /// The row holding the same primary key as `row` (class, agrp, sync and the class's

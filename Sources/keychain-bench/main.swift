@@ -15,7 +15,7 @@ struct Options {
     /// Which figures to run (profiling one operation at a time); all by default.
     var ops: Set<String> = ["status", "add", "get", "update", "delete"]
     /// KeychainConnection's busyPollMicroseconds (0: the client sleeps for every answer).
-    var clientPollMicroseconds = KeychainConnection(socketPath: "/").busyPollMicroseconds
+    var clientPollMicroseconds = KeychainConnection.defaultBusyPollMicroseconds
 
     init(_ args: [String]) {
         var i = 0
