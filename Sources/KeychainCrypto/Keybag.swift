@@ -139,6 +139,12 @@ public struct Keybag: Sendable {
         for pdmn in Protection.allCases where pdmn.isPurgedOnLock { loaded[pdmn] = nil }
     }
 
+    /// Drops every loaded class key for which `mayHold` says no: how the daemon makes the
+    /// keybag agree with its lock state after every event.
+    public mutating func keepOnly(_ mayHold: (Protection) -> Bool) {
+        for pdmn in Array(loaded.keys) where !mayHold(pdmn) { loaded[pdmn] = nil }
+    }
+
     /// Sets a passcode where there was none. Needs every class key loaded; creates the akpu key.
     public mutating func setPasscode(_ passcode: [UInt8], parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
         guard !record.hasPasscode else {
@@ -148,9 +154,13 @@ public struct Keybag: Sendable {
         var keys = loaded
         keys[.whenPasscodeSetThisDeviceOnly] = SecureKey.random()
         try rewrap(keys: keys, passcode: passcode, parameters: parameters, deviceKey: deviceKey)
+        loaded = keys
     }
 
-    /// Replaces the passcode. Items are untouched: only the class keys are rewrapped.
+    /// Replaces the passcode. Items are untouched: only the class keys are rewrapped. The
+    /// keychain stays exactly as locked as it was: the old passcode unwraps the class keys
+    /// into a copy that is rewrapped and dropped, and no key is loaded that was not before
+    /// (docs/security.md, "A passcode change never unlocks").
     public mutating func changePasscode(old: [UInt8], new: [UInt8], parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
         guard record.hasPasscode else { throw KeychainError(.param, "no passcode is set; set one instead") }
         var check = self
@@ -183,7 +193,6 @@ public struct Keybag: Sendable {
             wrapped[pdmn] = Self.wrap(key, pdmn: pdmn, with: byPasscode ? kek : wrapKey, passcodeWrapped: byPasscode)
         }
         record = KeybagRecord(passcode: params, wrappedKeys: wrapped)
-        loaded = keys
     }
 
     private func requireAllPasscodeClassesLoaded() throws(KeychainError) {

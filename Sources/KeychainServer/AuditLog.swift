@@ -30,7 +30,7 @@ final class AuditLog: @unchecked Sendable {
 
     func record(_ request: Request, caller: Caller, app: String, defaultGroup: String?, response: Response) {
         var fields: [(String, String)] = [
-            ("time", JSONText.quote(JSONText.iso8601(unix: Clock.wall(), milliseconds: true))),
+            ("time", JSONText.quote(JSONText.iso8601(unix: DaemonClock.system.wall(), milliseconds: true))),
             ("uid", String(caller.uid)),
             ("pid", String(caller.pid)),
             ("app", JSONText.quote(app)),

@@ -1,3 +1,5 @@
+import KeychainModel
+
 /// The keychain's lock state (docs/security.md, "Lock states"), as a value type: events take
 /// the time they happen at and return what the daemon must do, so every rule (grace period,
 /// idle auto-lock) is tested with a made-up clock, without sleeping.
@@ -86,6 +88,19 @@ public struct LockStateMachine: Sendable, Equatable {
         if let purgeAt { deadlines.append(purgeAt) }
         if state == .unlocked, hasPasscode, autoLockAfter > 0 { deadlines.append(lastActivity + autoLockAfter) }
         return deadlines.min()
+    }
+
+    /// Whether the class key of `pdmn` may be in memory now: the rule the keybag is held to
+    /// after every event, so that the two can never disagree. Always classes always; with
+    /// no passcode everything; unlocked everything; lockedSinceBoot nothing else; locked the
+    /// AfterFirstUnlock classes, and the WhenUnlocked ones only until the grace period ends.
+    public func mayHoldKey(_ pdmn: Protection, hasPasscode: Bool) -> Bool {
+        guard hasPasscode, pdmn.isPasscodeProtected else { return true }
+        switch state {
+        case .unlocked: return true
+        case .lockedSinceBoot: return false
+        case .locked: return !pdmn.isPurgedOnLock || purgeAt != nil
+        }
     }
 
     /// Seconds until the idle auto-lock, or nil when none is due.

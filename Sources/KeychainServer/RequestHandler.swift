@@ -29,12 +29,15 @@ final class RequestHandler {
     private var throttle: PasscodeThrottle
     private var transfers = BackupTransfers()
     private let log: (String) -> Void
+    private let clock: DaemonClock
 
-    init(store: ItemStore, lockPolicy: LockPolicy, log: @escaping (String) -> Void) throws(KeychainError) {
+    init(store: ItemStore, lockPolicy: LockPolicy, clock: DaemonClock = .system,
+         log: @escaping (String) -> Void) throws(KeychainError) {
         self.store = store
+        self.clock = clock
         self.lockPolicy = lockPolicy
         self.log = log
-        machine = LockStateMachine(hasPasscode: store.hasPasscode, at: Clock.monotonic(),
+        machine = LockStateMachine(hasPasscode: store.hasPasscode, at: clock.monotonic(),
                                    gracePeriod: lockPolicy.gracePeriod, autoLockAfter: lockPolicy.autoLockAfter)
         let saved = try store.passcodeFailures()
         throttle = PasscodeThrottle(failures: saved.failures, lastFailure: saved.lastFailure)
@@ -45,6 +48,7 @@ final class RequestHandler {
     func handle(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
         // A monitor polling status must not keep the keychain from auto-locking.
         if request != .status { noteActivity() }
+        defer { if request.isAdministrative { settle() } }
         do {
             return try perform(request, caller: caller, policy: policy)
         } catch {
@@ -52,7 +56,16 @@ final class RequestHandler {
         }
     }
 
-    func noteActivity() { machine.activity(at: Clock.monotonic()) }
+    /// Makes the keybag hold exactly the class keys the lock state allows. Every path that
+    /// loads or drops keys (unlock, passcode set, change and removal, erase, lock events,
+    /// the end of a grace period) ends here, so the keybag and the state machine cannot
+    /// disagree whatever an operation did to the keys on its way.
+    private func settle() {
+        let hasPasscode = store.hasPasscode
+        store.keepOnly { machine.mayHoldKey($0, hasPasscode: hasPasscode) }
+    }
+
+    func noteActivity() { machine.activity(at: clock.monotonic()) }
 
     private func perform(_ request: Request, caller: Caller, policy: AccessPolicy) throws(KeychainError) -> Response {
         if request.isAdministrative && !policy.isAdmin(caller) {
@@ -81,7 +94,7 @@ final class RequestHandler {
         case .unlock(let passcode):
             guard store.hasPasscode else { return Response() }  // always unlocked without one
             try withThrottle { () throws(KeychainError) in try store.unlock(passcode: passcode) }
-            machine.unlocked(at: Clock.monotonic())
+            machine.unlocked(at: clock.monotonic())
             log("unlocked by \(caller)")
         case .setPasscode(let new):
             try store.setPasscode(new)
@@ -91,14 +104,14 @@ final class RequestHandler {
             log("passcode changed by \(caller)")
         case .removePasscode(let current):
             let deleted = try withThrottle { () throws(KeychainError) in try store.removePasscode(current: current) }
-            machine.passcodeRemoved(at: Clock.monotonic())
+            machine.passcodeRemoved(at: clock.monotonic())
             log("passcode removed by \(caller); \(deleted) when-passcode-set item(s) deleted")
         case .backupBegin(let password):
             return Response(result: .single(.attributes(try backup(password: password, caller: caller))))
         case .backupRead(let session, let offset):
             return Response(result: .single(.data(try transfers.read(session, offset: offset))))
         case .restoreBegin(let size):
-            let session = try transfers.expect(size: size, at: Clock.monotonic())
+            let session = try transfers.expect(size: size, at: clock.monotonic())
             return Response(result: .single(.attributes(["session": .int(Int64(session))])))
         case .restoreWrite(let session, let offset, let bytes):
             try transfers.write(session, offset: offset, bytes: bytes)
@@ -118,7 +131,7 @@ final class RequestHandler {
             "\(excluded) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
         let file = try BackupFile.seal(payload: payload, itemCount: items.count, excludedCount: excluded, note: note,
                                        password: password, parameters: store.configuration.argon2)
-        let session = try transfers.offer(file, at: Clock.monotonic())
+        let session = try transfers.offer(file, at: clock.monotonic())
         log("backup of \(items.count) item(s) for \(caller); \(excluded) ThisDeviceOnly item(s) left out")
         return ["session": .int(Int64(session)), "size": .int(Int64(file.count)),
                 "items": .int(Int64(items.count)), "excluded": .int(Int64(excluded)), "note": .string(note)]
@@ -145,7 +158,7 @@ final class RequestHandler {
 
     /// A lock event from any source: the keys go at once or after the grace period.
     func lock(reason: String) {
-        let actions = machine.lock(at: Clock.monotonic())
+        let actions = machine.lock(at: clock.monotonic())
         if machine.purgeAt != nil || !actions.isEmpty {
             log("locked (\(reason)); WhenUnlocked keys purged \(lockPolicy.gracePeriod > 0 ? "in \(Int(lockPolicy.gracePeriod)) s" : "now")")
         }
@@ -155,7 +168,7 @@ final class RequestHandler {
     /// Time-driven events: grace periods ending, idle auto-lock.
     func tick() {
         let wasUnlocked = machine.state == .unlocked
-        let actions = machine.tick(at: Clock.monotonic(), hasPasscode: store.hasPasscode)
+        let actions = machine.tick(at: clock.monotonic(), hasPasscode: store.hasPasscode)
         if wasUnlocked && machine.state == .locked { log("locked (idle for \(Int(lockPolicy.autoLockAfter)) s)") }
         apply(actions)
     }
@@ -166,16 +179,16 @@ final class RequestHandler {
         for action in actions {
             switch action {
             case .purgeWhenUnlockedKeys:
-                store.lock()
                 log("WhenUnlocked class keys purged")
             }
         }
+        settle()
     }
 
     /// Runs a passcode check under the escalating-delay schedule: refused while a delay is in
     /// force; a wrong passcode counts (and may erase, if configured); a right one resets.
     private func withThrottle<T>(_ body: () throws(KeychainError) -> T) throws(KeychainError) -> T {
-        let now = Clock.wall()
+        let now = clock.wall()
         let wait = throttle.retryAfter(at: now)
         guard wait <= 0 else {
             throw KeychainError(.authFailed, "too many wrong passcodes (\(throttle.failures)): try again in \(Int(wait.rounded(.up))) s")
@@ -194,7 +207,7 @@ final class RequestHandler {
             if lockPolicy.eraseAfterFailures > 0 && throttle.failures >= lockPolicy.eraseAfterFailures {
                 try store.erase()
                 throttle.succeeded()
-                machine.passcodeRemoved(at: Clock.monotonic())
+                machine.passcodeRemoved(at: clock.monotonic())
                 log("keychain ERASED after \(lockPolicy.eraseAfterFailures) wrong passcodes (erase_after_failures)")
                 throw KeychainError(.authFailed, "the passcode is not correct; after \(lockPolicy.eraseAfterFailures) wrong passcodes the keychain has been erased")
             }
@@ -206,8 +219,8 @@ final class RequestHandler {
     }
 
     private func status(_ scope: AccessScope) -> AttributeDictionary {
-        let mono = Clock.monotonic()
-        let wall = Clock.wall()
+        let mono = clock.monotonic()
+        let wall = clock.wall()
         var info: AttributeDictionary = [
             "version": .string(KeychainVersion.current),
             "state": .string(machine.state.rawValue),
@@ -228,12 +241,21 @@ final class RequestHandler {
 }
 
 /// The daemon's clocks: monotonic for time-outs, wall for what must survive a restart.
-enum Clock {
-    static func monotonic() -> Double { Double(MonotonicClock.nanoseconds()) / 1e9 }
+/// Injected, so that lock-state rules are tested on a made-up clock without sleeping.
+public struct DaemonClock: Sendable {
+    public var monotonic: @Sendable () -> Double
+    public var wall: @Sendable () -> Double
 
-    static func wall() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    public init(monotonic: @escaping @Sendable () -> Double, wall: @escaping @Sendable () -> Double) {
+        self.monotonic = monotonic
+        self.wall = wall
     }
+
+    public static let system = DaemonClock(
+        monotonic: { Double(MonotonicClock.nanoseconds()) / 1e9 },
+        wall: {
+            var ts = timespec()
+            clock_gettime(CLOCK_REALTIME, &ts)
+            return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+        })
 }

@@ -86,7 +86,7 @@ final class StoreExecutor: @unchecked Sendable {
                 timerCondition.unlock()
                 break
             }
-            let wait = deadline.map { max(0.001, $0 - Clock.monotonic()) } ?? 3600
+            let wait = deadline.map { max(0.001, $0 - DaemonClock.system.monotonic()) } ?? 3600
             _ = timerCondition.wait(until: Date().addingTimeInterval(wait))
             let stop = timerStopping
             timerCondition.unlock()

@@ -64,6 +64,11 @@ public final class ItemStore {
         keybag.purgeWhenUnlockedKeys()
     }
 
+    /// Drops every loaded class key for which `mayHold` says no (the daemon's lock state).
+    public func keepOnly(_ mayHold: (Protection) -> Bool) {
+        keybag.keepOnly(mayHold)
+    }
+
     /// Sets a passcode where none was set. The keychain must be unlocked.
     public func setPasscode(_ passcode: [UInt8]) throws(KeychainError) {
         try Self.checkPasscode(passcode)

@@ -110,6 +110,36 @@ struct LockStateTests {
         #expect(try c.status()["state"] == .string("lockedSinceBoot"))
     }
 
+    @Test func changingThePasscodeWhileLockedSinceBootUnlocksNothing() throws {
+        let d = try RunningDaemon()
+        let c = KeychainConnection(socketPath: d.socketPath)
+        try c.add(item("ak", .whenUnlocked))
+        try c.add(item("ck", .afterFirstUnlock))
+        try c.setPasscode(passcode)
+        try d.restart()
+        try c.changePasscode(old: passcode, new: bytes("5678"))
+        #expect(try c.status()["state"] == .string("lockedSinceBoot"))
+        expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(name("ak")) }
+        expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(name("ck")) }
+        try c.unlock(passcode: bytes("5678"))
+        _ = try c.copyMatching(name("ak"))
+    }
+
+    @Test func changingThePasscodeWhileLockedLeavesWhenUnlockedItemsLockedAndALaterLockPurges() throws {
+        let d = try RunningDaemon()
+        let c = KeychainConnection(socketPath: d.socketPath)
+        try c.add(item("ak", .whenUnlocked))
+        try c.setPasscode(passcode)
+        try c.lock()  // the test daemon has no grace period
+        try c.changePasscode(old: passcode, new: bytes("5678"))
+        #expect(try c.status()["state"] == .string("locked"))
+        expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(name("ak")) }
+        try c.unlock(passcode: bytes("5678"))
+        _ = try c.copyMatching(name("ak"))
+        try c.lock()
+        expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(name("ak")) }
+    }
+
     @Test func wrongPasscodesEscalateAndTheDelaySurvivesARestart() throws {
         let d = try RunningDaemon()
         let c = KeychainConnection(socketPath: d.socketPath)
