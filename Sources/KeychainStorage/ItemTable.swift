@@ -204,17 +204,29 @@ public struct ItemTable {
             if let limit { sql += " LIMIT \(limit)" }
             return sql
         }
-        guard filter.accessGroups.count < 256 else { return (conditions, values, nil) }
-        // The shape: class, group count, which optional conditions, which columns, limit
-        // (bit 63 is left for the statement kind).
-        let classIndex = UInt64(ItemClass.stored.firstIndex(of: filter.itemClass)!)
-        var shape = classIndex | UInt64(filter.accessGroups.count) << 2
+        return (conditions, values, shape(filter, columns: columns, columnMask: columnMask, limit: limit))
+    }
+
+    /// The statement-cache key of a filter's SQL, or nil when the filter's SQL cannot be
+    /// keyed this way (it is then prepared from its text). The key must be injective: two
+    /// filters with different SQL sharing a cached statement would bind one query's values to
+    /// the other's text, and every later caller of either would get wrong answers. So every
+    /// part of the SQL has a field of its own, and nil wherever a part would not fit or
+    /// could not be told apart by the mask (a column named twice).
+    static func shape(_ filter: RowFilter, columns: [Int], columnMask: UInt64, limit: Int?) -> UInt64? {
+        guard let classIndex = ItemClass.stored.firstIndex(of: filter.itemClass), classIndex < 4,
+              filter.accessGroups.count < 256,
+              columnMask.nonzeroBitCount == columns.count, columns.allSatisfy({ $0 < 25 }) else { return nil }
+        if let limit, limit >= (1 << 20) - 1 { return nil }
+        // class: bits 0-1; group count: 2-9; protection, sync, persistref: 10-12; columns:
+        // 13-37; limit + 1: 38-58; bit 63 is left for the statement kind.
+        var shape = UInt64(classIndex) | UInt64(filter.accessGroups.count) << 2
         if filter.protection != nil { shape |= 1 << 10 }
         if filter.sync != nil { shape |= 1 << 11 }
         if filter.persistentID != nil { shape |= 1 << 12 }
-        shape |= columnMask << 13  // 25 columns: bits 13...37
-        if let limit { shape |= UInt64(limit + 1) << 38 }  // up to 2^20: bits 38...58
-        return (conditions, values, shape)
+        shape |= columnMask << 13
+        if let limit { shape |= UInt64(limit + 1) << 38 }
+        return shape
     }
 
     /// Every row of one class and protection class, whatever its group (for backups).

@@ -1,0 +1,82 @@
+import KeychainModel
+import Testing
+@testable import KeychainStorage
+@testable import KeychainStore
+
+/// Prepared statements are cached under a key computed from a filter's shape. One key for
+/// two SQL texts would make one caller's query poison every later caller's.
+@Suite("The statement cache")
+struct StatementCacheTests {
+    struct Generator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return state ^ (state >> 29)
+        }
+    }
+
+    func randomFilter(_ rng: inout Generator) -> RowFilter {
+        let cls = ItemClass.stored.randomElement(using: &rng)!
+        let codes = ClassSchema.of(cls)!.columnAttributes.map(\.code)
+        let groups = (0..<Int.random(in: 1...3, using: &rng)).map { "g\($0)" }
+        var filter = RowFilter(itemClass: cls, accessGroups: groups)
+        if Bool.random(using: &rng) { filter.protection = Protection.allCases.randomElement(using: &rng) }
+        if Bool.random(using: &rng) { filter.sync = 0 }
+        if Int.random(in: 0..<4, using: &rng) == 0 { filter.persistentID = [1, 2, 3] }
+        for _ in 0..<Int.random(in: 0...4, using: &rng) {
+            filter.hashes.append((codes.randomElement(using: &rng)!, [0xAB]))
+        }
+        if Bool.random(using: &rng) { filter.limit = [1, 2, 5, 1000].randomElement(using: &rng) }
+        return filter
+    }
+
+    @Test func noTwoDifferentSQLTextsShareACacheKey() {
+        var rng = Generator(state: 42)
+        var seen: [UInt64: String] = [:]
+        var keyed = 0
+        for _ in 0..<20_000 {
+            let filter = randomFilter(&rng)
+            let clause = ItemTable.selection(filter).clause
+            let sql = "\(filter.itemClass.rawValue)|" + clause.conditions()
+            guard let shape = clause.shape else { continue }
+            keyed += 1
+            if let earlier = seen[shape] {
+                #expect(earlier == sql, "shape \(shape) keys both \(earlier) and \(sql)")
+            } else {
+                seen[shape] = sql
+            }
+        }
+        #expect(keyed > 10_000)  // most filters are still cached
+    }
+
+    @Test func aColumnNamedTwiceIsNotKeyedLikeTheColumnNamedOnce() {
+        var once = RowFilter(itemClass: .key, accessGroups: ["g"])
+        once.hashes = [("klbl", [1])]
+        var twice = once
+        twice.hashes.append(("klbl", [2]))
+        let a = ItemTable.selection(once).clause
+        let b = ItemTable.selection(twice).clause
+        #expect(a.conditions() != b.conditions())
+        #expect(a.shape == nil || a.shape != b.shape)
+    }
+
+    /// The reported attack: one app's identity query naming klbl made every later identity
+    /// lookup (any app's) find nothing until the daemon restarted.
+    @Test func anIdentityQueryNamingTheKeyLabelDoesNotBreakOtherIdentityLookups() throws {
+        let t = try TemporaryStore()
+        let keyID = [UInt8](repeating: 0x42, count: 20)
+        try t.add(["class": .string("cert"), "v_Data": .data(Array("CERT".utf8)), "pkhh": .data(keyID),
+                   "slnr": .data([1]), "labl": .string("mine")])
+        try t.add(["class": .string("keys"), "v_Data": .data(Array("KEY".utf8)), "klbl": .data(keyID), "kcls": .int(1)])
+        let other = AccessScope(groups: ["com.example.other", "com.example.other-shared"])  // as many groups as the app: the same shape
+        // The other app's own certificate makes its query reach the key lookup.
+        try t.add(["class": .string("cert"), "v_Data": .data(Array("C2".utf8)), "pkhh": .data([9, 9]), "slnr": .data([2])], scope: other)
+        _ = try? t.store.copyMatching(["class": .string("idnt"), "klbl": .data([9, 9])], scope: other)
+        let result = try t.copy(["class": .string("idnt"), "labl": .string("mine"), "r_Data": .bool(true)])
+        #expect(result == .single(.data(Array("KEY".utf8))))
+        try t.store.update(["class": .string("idnt"), "labl": .string("mine")], changes: ["v_Data": .data(Array("NEW".utf8))],
+                           scope: TemporaryStore.app)
+        try t.store.delete(["class": .string("idnt")], scope: TemporaryStore.app)
+        #expect(try t.store.itemCount() == 1)  // the other app's certificate
+    }
+}
