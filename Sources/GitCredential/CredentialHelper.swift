@@ -149,12 +149,23 @@ public struct CredentialHelper {
     }
 
     /// Runs the helper for git: `action` is get, store or erase; reads standard input.
+    /// `[--trust-uid UID] ACTION`: git passes what follows the helper's name in
+    /// credential.helper, so `keychain --trust-uid 995` trusts a daemon running as uid 995.
     public static func main(arguments: [String]) -> Int32 {
-        guard let action = arguments.first else {
-            writeErr("usage: git-credential-keychain get|store|erase (git runs it; see docs/git-credential.md)\n")
-            return 64
+        var arguments = arguments[...]
+        var trust: ServerTrust?
+        if arguments.first == "--trust-uid" {
+            guard arguments.count >= 3 else { return usage() }
+            do {
+                trust = try ServerTrust.resolve(arguments[arguments.startIndex + 1])
+            } catch {
+                writeErr("keychain: \(error.message)\n")
+                return 64
+            }
+            arguments = arguments.dropFirst(2)
         }
-        let helper = CredentialHelper(connection: KeychainConnection(), warn: { writeErr($0 + "\n") })
+        guard let action = arguments.first else { return usage() }
+        let helper = CredentialHelper(connection: KeychainConnection(trust: trust), warn: { writeErr($0 + "\n") })
         let fields = parse(readAll())
         switch action {
         case "get": writeOut(helper.get(fields))
@@ -163,6 +174,11 @@ public struct CredentialHelper {
         default: break  // git's rule: ignore actions a helper does not know
         }
         return 0
+    }
+
+    static func usage() -> Int32 {
+        writeErr("usage: git-credential-keychain [--trust-uid UID] get|store|erase (git runs it; see docs/git-credential.md)\n")
+        return 64
     }
 
     static func readAll() -> [UInt8] {

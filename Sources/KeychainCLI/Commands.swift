@@ -88,15 +88,20 @@ public enum KeychainCommand {
 struct Context {
     let arguments: Arguments
     let socket: String?
+    /// --trust-uid, resolved when the connection is made (a bad name is a keychain error).
+    let trustUID: String?
     let json: Bool
 
     init(_ arguments: Arguments, leadingSocket: String?) throws(UsageError) {
         self.arguments = arguments
         socket = arguments["socket"] ?? leadingSocket
+        trustUID = arguments["trust-uid"]
         json = arguments.has("json")
     }
 
-    func connection() -> KeychainConnection { KeychainConnection(socketPath: socket) }
+    func connection() throws(KeychainError) -> KeychainConnection {
+        KeychainConnection(socketPath: socket, trust: try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) })
+    }
 
     /// Runs `body`, turning a KeychainError into a message (and JSON with --json) and an exit
     /// code, and a UsageError into exit 64.
@@ -194,6 +199,7 @@ struct Command: Sendable {
 
 private let globalOptions: [(name: String, help: String)] = [
     ("socket", "keychaind's socket (default: $KEYCHAIN_SOCKET, else the per-user default)."),
+    ("trust-uid", "Also talk to a keychaind running as this uid or user (default: $KEYCHAIN_TRUST_UID); root's and your own are always trusted."),
 ]
 private let jsonFlag: [(name: String, help: String)] = [("json", "Machine-readable JSON output.")]
 private let itemOptions: [(name: String, help: String)] = [

@@ -5,6 +5,10 @@ import KeychainModel
 import KeychainProtocol
 import Synchronization
 
+/// Which daemons a client talks to (root, the caller, or a uid named explicitly), so that
+/// users of this library need not import the wire-protocol module.
+public typealias ServerTrust = KeychainProtocol.ServerTrust
+
 /// A connection to keychaind speaking the SecItem calls: the layer for code that already
 /// thinks in SecItem dictionaries. Thread-safe (calls on one connection take turns; open more
 /// connections for parallelism), usable from async code, and it reconnects after a daemon
@@ -20,6 +24,8 @@ public final class KeychainConnection: Sendable {
     /// much as the daemon's work on a get; watching, the caller yields its CPU to anything
     /// else runnable there, so it never delays the daemon or other threads.
     public let busyPollMicroseconds: Int
+    /// Which daemons this connection talks to; nil: root, the caller, and KEYCHAIN_TRUST_UID.
+    public let trust: ServerTrust?
     private let socket = Mutex<Link?>(nil)
 
     /// An open connection and the reader that buffers its input.
@@ -33,8 +39,12 @@ public final class KeychainConnection: Sendable {
     /// The default `busyPollMicroseconds`.
     public static let defaultBusyPollMicroseconds = 40
 
+    /// `trust` nil: daemons running as root or as the caller, or as the uid KEYCHAIN_TRUST_UID
+    /// names; any other is refused before a byte is sent (errSecServiceNotAvailable).
     public init(socketPath: String? = nil, timeoutMs: Int32 = 60_000,
-                busyPollMicroseconds: Int = KeychainConnection.defaultBusyPollMicroseconds) {
+                busyPollMicroseconds: Int = KeychainConnection.defaultBusyPollMicroseconds,
+                trust: ServerTrust? = nil) {
+        self.trust = trust
         self.socketPath = DefaultPaths.clientSocketPath(socketPath)
         self.timeoutMs = timeoutMs
         self.busyPollMicroseconds = max(0, busyPollMicroseconds)
@@ -215,12 +225,24 @@ public final class KeychainConnection: Sendable {
         }
     }
 
+    /// A new connection to a daemon this client trusts; nothing is written before the check.
     private func connect() throws(KeychainError) -> UnixSocket {
+        try DefaultPaths.checkClientSocketDirectory(of: socketPath)
+        let accepted: ServerTrust
+        if let trust { accepted = trust } else { accepted = try ServerTrust.resolve() }
+        let connection: UnixSocket
         do {
-            return try UnixSocket.connect(path: socketPath)
+            connection = try UnixSocket.connect(path: socketPath)
         } catch {
             throw KeychainError(.serviceNotAvailable, "cannot reach keychaind at \(socketPath) (\(error)); start it with `keychaind`, or set KEYCHAIN_SOCKET / --socket to where it listens")
         }
+        do throws(KeychainError) {
+            try accepted.check(connection, path: socketPath)
+        } catch {
+            connection.close()
+            throw error
+        }
+        return connection
     }
 
     private func wipe(_ bytes: inout [UInt8]) {

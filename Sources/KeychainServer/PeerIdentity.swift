@@ -23,9 +23,8 @@ public struct Caller: Sendable, Equatable, CustomStringConvertible {
 
     /// Reads the credentials of a connected socket's peer.
     public static func of(_ socket: UnixSocket) -> Caller? {
-        var pid: Int32 = 0, uid: UInt32 = 0, gid: UInt32 = 0
-        guard csystem_peer_credentials(socket.fd, &pid, &uid, &gid) == 0 else { return nil }
-        return Caller(pid: pid, uid: uid, gid: gid, executable: executablePath(pid: pid))
+        guard let peer = PeerCredentials.of(socket) else { return nil }
+        return Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: executablePath(pid: peer.pid))
     }
 
     static func executablePath(pid: Int32) -> String? {

@@ -7,11 +7,18 @@
 
 Values: str is a string, bytes a data value, bool a boolean, int a number, AbsoluteTime (or a
 datetime) a date. Errors raise KeychainError with Apple's OSStatus code in .status.
+
+Before sending anything on a connection, the client asks the kernel (SO_PEERCRED) who serves the
+socket and talks only to root, to the caller's own uid, or to a uid the caller names with
+Connection(trust_uid=...) or $KEYCHAIN_TRUST_UID (a uid or a user name). The default
+/tmp/keychaind-UID directory is used only when it is a real directory private to the caller.
 """
 
 import datetime as _dt
 import os
+import pwd
 import socket
+import stat
 import struct
 import threading
 
@@ -57,15 +64,46 @@ class AbsoluteTime(float):
 
 def default_socket_path():
     """$KEYCHAIN_SOCKET, else keychaind's default for this user."""
+    return _default_socket()[0]
+
+
+def _default_socket():
+    """(path, directory): directory is the /tmp one that must be private to the caller, or None."""
     env = os.environ.get("KEYCHAIN_SOCKET")
     if env:
-        return env
+        return env, None
     if os.getuid() == 0:
-        return "/run/keychaind/keychaind.sock"
+        return "/run/keychaind/keychaind.sock", None
     run = os.environ.get("XDG_RUNTIME_DIR")
     if run:
-        return run + "/keychaind.sock"
-    return "/tmp/keychaind-%d/keychaind.sock" % os.getuid()
+        return run + "/keychaind.sock", None
+    directory = "/tmp/keychaind-%d" % os.getuid()
+    return directory + "/keychaind.sock", directory
+
+
+def _user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return "unknown user"
+
+
+def _resolve_uid(value):
+    """A uid from an int, or a str holding a uid number or a user name; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError("trust_uid is a uid (int) or a user name (str), not %s" % type(value).__name__)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            value = int(text)
+        else:
+            try:
+                return pwd.getpwnam(text).pw_uid
+            except KeyError:
+                raise ValueError("%r is neither a uid nor a user name" % value) from None
+    if value < 0:
+        raise ValueError("%d is not a uid" % value)
+    return value
 
 
 # -- encoding (docs/protocol.md, section 3) --
@@ -161,10 +199,19 @@ class Connection:
     """One connection to keychaind; thread-safe (calls take turns); reconnects when the daemon
     restarted. Results have the shapes of SecItemCopyMatching: bytes for r_Data or
     r_PersistentRef alone, a dict for r_Attributes or several return keys, a list when the
-    match limit is not one, None when no return key was asked."""
+    match limit is not one, None when no return key was asked.
 
-    def __init__(self, socket_path=None, timeout=60.0):
-        self.socket_path = socket_path or default_socket_path()
+    Every connection is checked before anything is sent on it: the daemon must run as root, as
+    the caller, or as trust_uid (a uid or a user name; default $KEYCHAIN_TRUST_UID). Otherwise
+    the call raises KeychainError(SERVICE_NOT_AVAILABLE) and nothing reaches that process."""
+
+    def __init__(self, socket_path=None, timeout=60.0, trust_uid=None):
+        if socket_path:
+            self.socket_path, self._private_dir = socket_path, None
+        else:
+            self.socket_path, self._private_dir = _default_socket()
+        self.trust_uid = None if trust_uid is None else _resolve_uid(trust_uid)
+        self._trust_env = os.environ.get("KEYCHAIN_TRUST_UID") if trust_uid is None else None
         self.timeout = timeout
         self._sock = None
         self._lock = threading.Lock()
@@ -209,16 +256,78 @@ class Connection:
 
     # transport
     def _connect(self):
+        if self._private_dir is not None:
+            self._check_private_dir()
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(self.timeout)
         try:
             s.connect(self.socket_path)
         except OSError as e:
             s.close()
-            raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
-                                "cannot reach keychaind at %s (%s); start it with `keychaind`"
-                                % (self.socket_path, e.strerror or e)) from None
+            raise self._unreachable(e) from None
+        try:
+            self._check_peer(s)
+        except BaseException:
+            s.close()
+            raise
         return s
+
+    def _unreachable(self, e):
+        return KeychainError(Status.SERVICE_NOT_AVAILABLE,
+                             "cannot reach keychaind at %s (%s); start it with `keychaind`"
+                             % (self.socket_path, e.strerror or e))
+
+    def _check_private_dir(self):
+        """The default /tmp/keychaind-UID is anyone's to create first: use it only when it is a
+        real directory (not a symbolic link) owned by the caller with no group or other access."""
+        directory, me = self._private_dir, os.getuid()
+        try:
+            st = os.lstat(directory)
+        except FileNotFoundError as e:
+            raise self._unreachable(e) from None
+        except OSError as e:
+            problem = "it cannot be examined: %s" % (e.strerror or e)
+        else:
+            if stat.S_ISLNK(st.st_mode):
+                problem = "it is a symbolic link"
+            elif not stat.S_ISDIR(st.st_mode):
+                problem = "it is not a directory"
+            elif st.st_uid != me:
+                problem = "it is owned by uid %d (%s)" % (st.st_uid, _user_name(st.st_uid))
+            elif st.st_mode & 0o077:
+                problem = "its mode is %04o, not 0700" % stat.S_IMODE(st.st_mode)
+            else:
+                return
+        raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
+                            "refusing to use keychaind's default socket %s: %s is not a private "
+                            "directory owned by you (uid %d) (%s); remove it, or set KEYCHAIN_SOCKET"
+                            % (self.socket_path, directory, me, problem))
+
+    def _check_peer(self, s):
+        """Who serves the socket, as the kernel says: root, the caller or the trusted uid only."""
+        me = os.getuid()
+        try:
+            cred = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("iII", cred)
+        except (OSError, AttributeError, struct.error) as e:
+            raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
+                                "refusing to talk to keychaind at %s: cannot tell who serves it (%s)"
+                                % (self.socket_path, e)) from None
+        if uid == 0 or uid == me:
+            return
+        trusted, note = self.trust_uid, ""
+        if trusted is None and self._trust_env:
+            try:
+                trusted = _resolve_uid(self._trust_env)
+            except ValueError:
+                note = " (KEYCHAIN_TRUST_UID=%s is neither a uid nor a user name)" % self._trust_env
+        if trusted is not None and uid == trusted:
+            return
+        raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
+                            "refusing to talk to keychaind at %s: it is served by uid %d (%s), not by "
+                            "root or by you (uid %d)%s; if you trust that daemon, set "
+                            "KEYCHAIN_TRUST_UID=%d or pass trust_uid=%d"
+                            % (self.socket_path, uid, _user_name(uid), me, note, uid, uid))
 
     def _exchange(self, frame):
         self._sock.sendall(frame)

@@ -30,9 +30,11 @@ def _locked_error():
 class KeychaindKeyring(KeyringBackend):
     """keyring backend over a keychaind socket."""
 
-    def __init__(self, socket_path=None):
+    def __init__(self, socket_path=None, trust_uid=None):
+        # trust_uid: a daemon uid (or user name) to trust besides root and the caller; default
+        # $KEYCHAIN_TRUST_UID (see Connection).
         super().__init__()
-        self.connection = Connection(socket_path)
+        self.connection = Connection(socket_path, trust_uid=trust_uid)
 
     @classproperty
     def priority(cls):

@@ -1,0 +1,84 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainModel
+
+/// Who the kernel says is at the other end of a connected Unix socket (SO_PEERCRED: recorded
+/// when the connection was made, not claimed by the peer).
+public struct PeerCredentials: Sendable, Equatable {
+    public let pid: Int32
+    public let uid: UInt32
+    public let gid: UInt32
+
+    public init(pid: Int32, uid: UInt32, gid: UInt32) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+
+    /// The peer of `socket`, or nil when the kernel will not say.
+    public static func of(_ socket: UnixSocket) -> PeerCredentials? {
+        // struct ucred is three 32-bit fields (pid, uid, gid); Swift's Glibc module lacks the
+        // struct (it needs _GNU_SOURCE) but not the option.
+        var raw: (Int32, UInt32, UInt32) = (0, 0, 0)
+        var length = socklen_t(MemoryLayout.size(ofValue: raw))
+        guard getsockopt(socket.fd, SOL_SOCKET, SO_PEERCRED, &raw, &length) == 0,
+              Int(length) == MemoryLayout.size(ofValue: raw) else { return nil }
+        return PeerCredentials(pid: raw.0, uid: raw.1, gid: raw.2)
+    }
+}
+
+/// Which daemons a client sends its requests to: one running as root, as the caller's own
+/// uid, or as a uid the caller names (an argument, else KEYCHAIN_TRUST_UID). Checked on every
+/// new connection before a byte is written, so that a socket another user created first (in
+/// /tmp, or at the per-user default when XDG_RUNTIME_DIR is unset) never receives a secret
+/// or a passcode (docs/security.md, "Who answers on the socket").
+public struct ServerTrust: Sendable, Equatable {
+    /// The uids whose daemons are trusted.
+    public let uids: Set<UInt32>
+    /// The uid named explicitly, if any.
+    public let named: UInt32?
+
+    public static let environmentVariable = "KEYCHAIN_TRUST_UID"
+
+    /// Root and the caller, plus `named`.
+    public init(named: UInt32? = nil) {
+        self.named = named
+        uids = Set([0, getuid()] + (named.map { [$0] } ?? []))
+    }
+
+    /// `explicit` if given, else KEYCHAIN_TRUST_UID, else nobody extra. A numeric uid only:
+    /// the CLI and git helper are static binaries, where glibc's user lookup is unreliable.
+    /// A value that is not a uid is an error, not a silent fallback.
+    public static func resolve(_ explicit: String? = nil) throws(KeychainError) -> ServerTrust {
+        let given = explicit ?? DefaultPaths.env(environmentVariable)
+        guard let given else { return ServerTrust() }
+        guard let uid = UInt32(given) else {
+            throw KeychainError(.param, "\(explicit == nil ? environmentVariable : "--trust-uid") is \"\(given)\", which is not a numeric uid")
+        }
+        return ServerTrust(named: uid)
+    }
+
+    /// Throws errSecServiceNotAvailable, saying who answered and how to trust it, unless the
+    /// peer of `socket` runs as a trusted uid.
+    public func check(_ socket: UnixSocket, path: String) throws(KeychainError) {
+        guard let peer = PeerCredentials.of(socket) else {
+            throw KeychainError(.serviceNotAvailable, "cannot tell who serves \(path) (SO_PEERCRED failed); refusing to send anything")
+        }
+        guard !uids.contains(peer.uid) else { return }
+        throw KeychainError(.serviceNotAvailable, "refusing to talk to keychaind at \(path): it is served by uid \(peer.uid) (\(Self.userName(peer.uid))), not by root or by you (uid \(getuid())); if you trust that daemon, set \(Self.environmentVariable)=\(peer.uid) or pass --trust-uid \(peer.uid)")
+    }
+
+    /// The name /etc/passwd gives `uid`, for the message only (read directly: no NSS in a
+    /// static binary).
+    static func userName(_ uid: UInt32) -> String {
+        guard let file = fopen("/etc/passwd", "re") else { return "unknown user" }
+        defer { fclose(file) }
+        var line = [CChar](repeating: 0, count: 4096)
+        while fgets(&line, Int32(line.count), file) != nil {
+            let fields = String(cString: line).split(separator: ":", omittingEmptySubsequences: false)
+            if fields.count > 2, UInt32(fields[2]) == uid { return String(fields[0]) }
+        }
+        return "unknown user"
+    }
+}
