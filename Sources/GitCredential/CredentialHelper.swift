@@ -126,7 +126,7 @@ public struct CredentialHelper {
             if let password = fields["password"] {
                 var q = query
                 q["r_Data"] = .bool(true)
-                guard case .single(.data(let stored)) = try connection.copyMatching(q), stored == Array(password.utf8) else { return }
+                guard case .single(.data(let stored)) = try connection.copyMatching(q), stored == SecretBytes(password.utf8) else { return }
             }
             try? connection.delete(query)
             var token = query

@@ -234,9 +234,8 @@ let commands: [Command] = [
         query["r_Data"] = .bool(true)
         if c.json { query["r_Attributes"] = .bool(true) }
         switch try c.connection().copyMatching(query) {
-        case .single(.data(var secret)):
-            Output.stdout(secret)
-            explicit_bzero(&secret, secret.count)
+        case .single(.data(let secret)):
+            Output.stdout(secret)  // SecretBytes: wiped when released
         case .single(.attributes(let attrs)):
             Output.line(JSON.attributes(attrs))
         default:
@@ -480,7 +479,7 @@ enum ListCommand {
     static func text(_ v: AttributeValue?) -> String {
         switch v {
         case .string(let s)?: s
-        case .data(let d)?: String(validating: d, as: UTF8.self) ?? JSON.base64(d)
+        case .data(let d)?: String(validating: Array(d), as: UTF8.self) ?? JSON.base64(d)
         case .int(let i)?: String(i)
         case .bool(let b)?: String(b)
         case .date(let t)?: JSON.iso8601(t)

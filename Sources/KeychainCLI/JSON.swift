@@ -25,7 +25,7 @@ enum JSON {
 
     static func quote(_ s: String) -> String { JSONText.quote(s) }
 
-    static func base64(_ bytes: [UInt8]) -> String {
+    static func base64<C: Collection>(_ bytes: C) -> String where C.Element == UInt8, C.Index == Int {
         let table = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
         var out: [UInt8] = []
         out.reserveCapacity((bytes.count + 2) / 3 * 4)

@@ -122,7 +122,7 @@ enum EchoGuard {
 
 /// Output helpers: stdout for results, stderr for everything a human reads about errors.
 enum Output {
-    static func stdout(_ bytes: [UInt8]) {
+    static func stdout(_ bytes: some ContiguousByteBuffer) {
         var offset = 0
         while offset < bytes.count {
             let n = bytes.withUnsafeBytes { write(1, $0.baseAddress! + offset, $0.count - offset) }

@@ -42,7 +42,7 @@ public struct Keychain: Sendable {
         q["r_Data"] = .bool(true)
         do {
             guard case .single(.data(let d)) = try connection.copyMatching(q) else { return nil }
-            return d
+            return Array(d)
         } catch where error.status == .itemNotFound {
             return nil
         }

@@ -88,10 +88,14 @@ public final class KeychainConnection: Sendable {
     }
 
     public func lock() throws(KeychainError) { _ = try call(.lock) }
-    public func unlock(passcode: [UInt8]) throws(KeychainError) { _ = try call(.unlock(passcode: passcode)) }
-    public func setPasscode(_ new: [UInt8]) throws(KeychainError) { _ = try call(.setPasscode(new: new)) }
-    public func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) { _ = try call(.changePasscode(old: old, new: new)) }
-    public func removePasscode(current: [UInt8]) throws(KeychainError) { _ = try call(.removePasscode(current: current)) }
+    // Passcodes and passwords are copied into wiped memory for the call; the caller's array
+    // is the caller's to wipe.
+    public func unlock(passcode: [UInt8]) throws(KeychainError) { _ = try call(.unlock(passcode: SecretBytes(passcode))) }
+    public func setPasscode(_ new: [UInt8]) throws(KeychainError) { _ = try call(.setPasscode(new: SecretBytes(new))) }
+    public func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) {
+        _ = try call(.changePasscode(old: SecretBytes(old), new: SecretBytes(new)))
+    }
+    public func removePasscode(current: [UInt8]) throws(KeychainError) { _ = try call(.removePasscode(current: SecretBytes(current))) }
 
     // MARK: backup and restore (admin)
 
@@ -101,7 +105,7 @@ public final class KeychainConnection: Sendable {
     /// An encrypted backup of every item that may leave this device, sealed by the daemon
     /// under `password` (docs/backup-format.md). `progress` gets (bytes received, total).
     public func backup(password: [UInt8], progress: (Int, Int) -> Void = { _, _ in }) throws(KeychainError) -> (file: [UInt8], info: BackupInfo) {
-        guard case .single(.attributes(let info)) = try call(.backupBegin(password: password)).result,
+        guard case .single(.attributes(let info)) = try call(.backupBegin(password: SecretBytes(password))).result,
               case .int(let session)? = info["session"], case .int(let size)? = info["size"] else {
             throw KeychainError(.decode, "keychaind's backup answer has an unexpected shape")
         }
@@ -135,7 +139,7 @@ public final class KeychainConnection: Sendable {
             progress(offset, file.count)
         }
         guard case .single(.attributes(let summary)) = try call(
-            .restoreCommit(session: UInt64(session), password: password, onConflict: onConflict)).result else {
+            .restoreCommit(session: UInt64(session), password: SecretBytes(password), onConflict: onConflict)).result else {
             throw KeychainError(.decode, "keychaind's restore summary has an unexpected shape")
         }
         return summary
@@ -145,8 +149,7 @@ public final class KeychainConnection: Sendable {
 
     /// Sends one request and returns the daemon's successful response, or throws its error.
     public func call(_ request: Request) throws(KeychainError) -> Response {
-        var frame = Frame.encode(WireCodec.encode(request))
-        defer { wipe(&frame) }
+        let frame = WireCodec.frame(request)
         let response = try socket.withLock { (current) throws(KeychainError) -> Response in
             try exchange(frame, current: &current, retryable: Self.isSafeToRepeat(request),
                          watchNs: Self.isAnsweredAtOnce(request) ? UInt64(busyPollMicroseconds) * 1000 : 0)
@@ -173,7 +176,7 @@ public final class KeychainConnection: Sendable {
         }
     }
 
-    private func exchange(_ frame: [UInt8], current: inout Link?, retryable: Bool, watchNs: UInt64) throws(KeychainError) -> Response {
+    private func exchange(_ frame: SecretBytes, current: inout Link?, retryable: Bool, watchNs: UInt64) throws(KeychainError) -> Response {
         var attempt = 0
         while true {
             attempt += 1

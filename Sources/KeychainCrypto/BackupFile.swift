@@ -25,8 +25,8 @@ public enum BackupFile {
     }
 
     /// Seals `payload` (the encoded items) under `password`.
-    public static func seal(payload: [UInt8], itemCount: Int, excludedCount: Int, note: String,
-                            password: [UInt8], parameters: Argon2Parameters) throws(KeychainError) -> [UInt8] {
+    public static func seal(payload: some ContiguousByteBuffer, itemCount: Int, excludedCount: Int, note: String,
+                            password: some ContiguousByteBuffer, parameters: Argon2Parameters) throws(KeychainError) -> [UInt8] {
         let salt = Sodium.randomBytes(Argon2Parameters.saltBytes)
         let header = encodeHeader(Header(itemCount: itemCount, excludedCount: excludedCount, note: note,
                                          argon2: parameters, salt: salt))
@@ -46,11 +46,11 @@ public enum BackupFile {
     /// The payload, or: errSecUnimplemented for a newer format, errSecDecode for a damaged
     /// file, errSecAuthFailed for a wrong password (the two cannot be told apart for certain:
     /// a damaged ciphertext also fails to open; the message says both).
-    public static func open(_ file: [UInt8], password: [UInt8]) throws(KeychainError) -> (Header, [UInt8]) {
+    public static func open(_ file: [UInt8], password: some ContiguousByteBuffer) throws(KeychainError) -> (Header, SecretBytes) {
         var r = ByteReader(file, failure: .decode)
         let header = try readHeader(&r)
         let headerBytes = Array(file[0..<r.offset])
-        let sealed = try r.lengthPrefixed(max: file.count)
+        let sealed = try r.lengthPrefixedArray(max: file.count)
         guard r.isAtEnd else { throw KeychainError(.decode, "the backup file has trailing bytes: it is damaged") }
         let key = try PasswordKDF.derive(passcode: password, salt: header.salt, parameters: header.argon2)
         guard let payload = AEAD.open(sealed, associatedData: headerBytes, key: key) else {

@@ -11,7 +11,7 @@ public enum ItemSealer {
     static let formatVersion: UInt8 = 1
     static let wrappedKeyBytes = AEAD.nonceBytes + SecureKey.byteCount + AEAD.tagBytes
 
-    public static func seal(_ plaintext: [UInt8], identity: [UInt8], classKey: SecureKey) -> [UInt8] {
+    public static func seal(_ plaintext: some ContiguousByteBuffer, identity: [UInt8], classKey: SecureKey) -> [UInt8] {
         let aad = associatedData(identity)
         var itemKey = Sodium.randomBytes(SecureKey.byteCount)
         defer { Sodium.wipe(&itemKey) }
@@ -21,8 +21,8 @@ public enum ItemSealer {
         return blob
     }
 
-    /// The plaintext, or errSecDecode. The caller wipes the plaintext when done.
-    public static func open(_ blob: [UInt8], identity: [UInt8], classKey: SecureKey) throws(KeychainError) -> [UInt8] {
+    /// The plaintext (in wiped memory), or errSecDecode.
+    public static func open(_ blob: [UInt8], identity: [UInt8], classKey: SecureKey) throws(KeychainError) -> SecretBytes {
         guard blob.count >= 1 + wrappedKeyBytes + AEAD.nonceBytes + AEAD.tagBytes else {
             throw KeychainError(.decode, "item blob is too short")
         }
@@ -30,10 +30,9 @@ public enum ItemSealer {
             throw KeychainError(.decode, "item blob format \(blob[0]) is unknown")
         }
         let aad = associatedData(identity)
-        guard var itemKey = AEAD.open(Array(blob[1..<(1 + wrappedKeyBytes)]), associatedData: aad, key: classKey) else {
+        guard let itemKey = AEAD.open(Array(blob[1..<(1 + wrappedKeyBytes)]), associatedData: aad, key: classKey) else {
             throw KeychainError(.decode, "item key does not unwrap: the row was altered or moved")
         }
-        defer { Sodium.wipe(&itemKey) }
         guard let plaintext = AEAD.open(Array(blob[(1 + wrappedKeyBytes)...]), associatedData: aad, rawKey: itemKey) else {
             throw KeychainError(.decode, "item ciphertext does not verify: the row was altered")
         }

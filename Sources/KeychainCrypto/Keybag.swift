@@ -50,7 +50,7 @@ public struct KeybagRecord: Sendable, Equatable {
         switch try r.u8() {
         case 0: passcode = nil
         case 1:
-            let salt = try r.lengthPrefixed(max: 64)
+            let salt = try r.lengthPrefixedArray(max: 64)
             let ops = try r.u64()
             let mem = try r.u64()
             let params = Argon2Parameters(opsLimit: ops, memLimitBytes: Int(clamping: mem))
@@ -65,7 +65,7 @@ public struct KeybagRecord: Sendable, Equatable {
             guard let pdmn = Protection.allCases.first(where: { $0.keyClassNumber == number }) else {
                 throw KeychainError(.decode, "keybag names unknown key class \(number)")
             }
-            guard keys.updateValue(try r.lengthPrefixed(max: 256), forKey: pdmn) == nil else {
+            guard keys.updateValue(try r.lengthPrefixedArray(max: 256), forKey: pdmn) == nil else {
                 throw KeychainError(.decode, "keybag names key class \(pdmn.rawValue) twice")
             }
         }
@@ -119,7 +119,7 @@ public struct Keybag: Sendable {
     public func key(for pdmn: Protection) -> SecureKey? { loaded[pdmn] }
 
     /// Unwraps the passcode classes. Wrong passcode: errSecAuthFailed, nothing changes.
-    public mutating func unlock(passcode: [UInt8], deviceKey: SecureKey) throws(KeychainError) {
+    public mutating func unlock(passcode: some ContiguousByteBuffer, deviceKey: SecureKey) throws(KeychainError) {
         guard let params = record.passcode else { return }
         let kek = try Self.kek(passcode: passcode, params: params, deviceKey: deviceKey)
         var unwrapped: [Protection: SecureKey] = [:]
@@ -146,7 +146,7 @@ public struct Keybag: Sendable {
     }
 
     /// Sets a passcode where there was none. Needs every class key loaded; creates the akpu key.
-    public mutating func setPasscode(_ passcode: [UInt8], parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
+    public mutating func setPasscode(_ passcode: some ContiguousByteBuffer, parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
         guard !record.hasPasscode else {
             throw KeychainError(.param, "a passcode is already set; change it instead")
         }
@@ -161,7 +161,7 @@ public struct Keybag: Sendable {
     /// keychain stays exactly as locked as it was: the old passcode unwraps the class keys
     /// into a copy that is rewrapped and dropped, and no key is loaded that was not before
     /// (docs/security.md, "A passcode change never unlocks").
-    public mutating func changePasscode(old: [UInt8], new: [UInt8], parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
+    public mutating func changePasscode(old: some ContiguousByteBuffer, new: some ContiguousByteBuffer, parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
         guard record.hasPasscode else { throw KeychainError(.param, "no passcode is set; set one instead") }
         var check = self
         try check.unlock(passcode: old, deviceKey: deviceKey)
@@ -170,7 +170,7 @@ public struct Keybag: Sendable {
 
     /// Removes the passcode: passcode classes go back under the device key and the akpu key is
     /// destroyed (the caller deletes the akpu items in the same transaction).
-    public mutating func removePasscode(current: [UInt8], deviceKey: SecureKey) throws(KeychainError) {
+    public mutating func removePasscode(current: some ContiguousByteBuffer, deviceKey: SecureKey) throws(KeychainError) {
         guard record.hasPasscode else { throw KeychainError(.param, "no passcode is set") }
         var check = self
         try check.unlock(passcode: current, deviceKey: deviceKey)
@@ -184,7 +184,7 @@ public struct Keybag: Sendable {
         loaded = keys
     }
 
-    private mutating func rewrap(keys: [Protection: SecureKey], passcode: [UInt8], parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
+    private mutating func rewrap(keys: [Protection: SecureKey], passcode: some ContiguousByteBuffer, parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
         let params = KeybagRecord.PasscodeParameters(salt: Sodium.randomBytes(Argon2Parameters.saltBytes), argon2: parameters)
         let kek = try Self.kek(passcode: passcode, params: params, deviceKey: deviceKey)
         var wrapped: [Protection: [UInt8]] = [:]
@@ -201,11 +201,12 @@ public struct Keybag: Sendable {
         }
     }
 
-    static func kek(passcode: [UInt8], params: KeybagRecord.PasscodeParameters, deviceKey: SecureKey) throws(KeychainError) -> SecureKey {
+    static func kek(passcode: some ContiguousByteBuffer, params: KeybagRecord.PasscodeParameters, deviceKey: SecureKey) throws(KeychainError) -> SecureKey {
         let pk = try PasswordKDF.derive(passcode: passcode, salt: params.salt, parameters: params.argon2)
-        var message = Array("keychaind/v1/kek".utf8) + pk.copyBytes()
-        defer { Sodium.wipe(&message) }
-        return deviceKey.hashToKey(message)
+        var message = ByteWriter(capacity: 48)
+        message.raw("keychaind/v1/kek".utf8)
+        pk.withUnsafeBytes { message.raw($0) }
+        return deviceKey.hashToKey(message.finish())
     }
 
     private static func associatedData(_ pdmn: Protection, passcodeWrapped: Bool) -> [UInt8] {
@@ -213,16 +214,14 @@ public struct Keybag: Sendable {
     }
 
     static func wrap(_ key: SecureKey, pdmn: Protection, with wrapping: SecureKey, passcodeWrapped: Bool) -> [UInt8] {
-        var raw = key.copyBytes()
-        defer { Sodium.wipe(&raw) }
-        return AEAD.seal(raw, associatedData: associatedData(pdmn, passcodeWrapped: passcodeWrapped), key: wrapping)
+        AEAD.seal(key, associatedData: associatedData(pdmn, passcodeWrapped: passcodeWrapped), key: wrapping)
     }
 
     private func unwrap(_ wrapped: [UInt8], pdmn: Protection, with wrapping: SecureKey, passcodeWrapped: Bool) throws(KeychainError) -> SecureKey {
-        guard var raw = AEAD.open(wrapped, associatedData: Self.associatedData(pdmn, passcodeWrapped: passcodeWrapped), key: wrapping),
+        guard let raw = AEAD.open(wrapped, associatedData: Self.associatedData(pdmn, passcodeWrapped: passcodeWrapped), key: wrapping),
               raw.count == SecureKey.byteCount else {
             throw KeychainError(.decode, "class key \(pdmn.rawValue) does not unwrap: wrong key or altered keybag")
         }
-        return SecureKey.taking(&raw)
+        return SecureKey(copying: raw)
     }
 }

@@ -32,20 +32,18 @@ public struct Argon2Parameters: Sendable, Equatable {
 
 public enum PasswordKDF {
     /// Argon2id of `passcode` and `salt` into a guarded 32-byte key.
-    public static func derive(passcode: [UInt8], salt: [UInt8], parameters: Argon2Parameters) throws(KeychainError) -> SecureKey {
+    public static func derive(passcode: some ContiguousByteBuffer, salt: [UInt8], parameters: Argon2Parameters) throws(KeychainError) -> SecureKey {
         Sodium.ensureInitialised()
         guard parameters.isValid else { throw KeychainError(.param, "Argon2id parameters out of range") }
-        guard !passcode.isEmpty else { throw KeychainError(.param, "the passcode is empty") }
+        guard passcode.count > 0 else { throw KeychainError(.param, "the passcode is empty") }
         guard salt.count == Argon2Parameters.saltBytes else { throw KeychainError(.decode, "keybag salt has the wrong length") }
         var out = [UInt8](repeating: 0, count: SecureKey.byteCount)
         let rc = out.withUnsafeMutableBufferPointer { o in
-            passcode.withUnsafeBufferPointer { p in
+            passcode.withUnsafeBytes { p in
                 salt.withUnsafeBufferPointer { s in
-                    p.withMemoryRebound(to: CChar.self) { pc in
-                        crypto_pwhash(o.baseAddress!, UInt64(o.count), pc.baseAddress!, UInt64(pc.count),
-                                      s.baseAddress!, parameters.opsLimit, parameters.memLimitBytes,
-                                      crypto_pwhash_ALG_ARGON2ID13)
-                    }
+                    crypto_pwhash(o.baseAddress!, UInt64(o.count), p.baseAddress!.assumingMemoryBound(to: CChar.self), UInt64(p.count),
+                                  s.baseAddress!, parameters.opsLimit, parameters.memLimitBytes,
+                                  crypto_pwhash_ALG_ARGON2ID13)
                 }
             }
         }

@@ -4,7 +4,7 @@ import KeychainModel
 /// A 32-byte key in libsodium guarded memory: locked against swap, guard pages around it,
 /// read-only once filled, and zeroed by sodium_free when the last reference goes. Keys are
 /// immutable after init, so sharing one across threads is safe.
-public final class SecureKey: @unchecked Sendable {
+public final class SecureKey: @unchecked Sendable, ContiguousByteBuffer {
     public static let byteCount = 32
     private let pointer: UnsafeMutableRawPointer
 
@@ -37,6 +37,12 @@ public final class SecureKey: @unchecked Sendable {
         return key
     }
 
+    /// A copy of `bytes` in guarded memory (the source wipes itself when released).
+    public convenience init(copying bytes: SecretBytes) {
+        precondition(bytes.count == Self.byteCount, "a key is \(Self.byteCount) bytes")
+        self.init { dst in bytes.withUnsafeBytes { dst.copyMemory(from: $0) } }
+    }
+
     /// Derives subkey `id` for `context` (8 bytes, e.g. "keybag__") with crypto_kdf.
     public func derive(id: UInt64, context: StaticString) -> SecureKey {
         precondition(context.utf8CodeUnitCount == Int(crypto_kdf_CONTEXTBYTES))
@@ -55,12 +61,12 @@ public final class SecureKey: @unchecked Sendable {
 
     /// Keyed BLAKE2b of `message` under this key, as a new key (used to tangle the passcode
     /// key with the device key).
-    public func hashToKey(_ message: [UInt8]) -> SecureKey {
+    public func hashToKey(_ message: some ContiguousByteBuffer) -> SecureKey {
         withUnsafeBytes { k in
             SecureKey { dst in
-                message.withUnsafeBufferPointer { m in
+                message.withUnsafeBytes { m in
                     _ = crypto_generichash(dst.baseAddress!.assumingMemoryBound(to: UInt8.self), dst.count,
-                                           m.baseAddress, UInt64(m.count),
+                                           m.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(m.count),
                                            k.baseAddress!.assumingMemoryBound(to: UInt8.self), k.count)
                 }
             }
@@ -72,9 +78,5 @@ public final class SecureKey: @unchecked Sendable {
         try body(UnsafeRawBufferPointer(start: pointer, count: Self.byteCount))
     }
 
-    /// A copy of the bytes in an ordinary array, for wrapping under another key. The caller
-    /// wipes it.
-    func copyBytes() -> [UInt8] {
-        withUnsafeBytes { Array($0) }
-    }
+    public var count: Int { Self.byteCount }
 }

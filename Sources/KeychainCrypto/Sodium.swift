@@ -42,72 +42,65 @@ public enum AEAD {
     public static let keyBytes = Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES)
 
     /// Returns nonce || ciphertext || tag.
-    public static func seal(_ plaintext: [UInt8], associatedData ad: [UInt8], key: SecureKey) -> [UInt8] {
-        key.withUnsafeBytes { seal(plaintext, associatedData: ad, keyPointer: $0) }
+    public static func seal(_ plaintext: some ContiguousByteBuffer, associatedData ad: [UInt8], key: SecureKey) -> [UInt8] {
+        key.withUnsafeBytes { k in plaintext.withUnsafeBytes { seal($0, associatedData: ad, keyPointer: k) } }
     }
 
-    public static func seal(_ plaintext: [UInt8], associatedData ad: [UInt8], rawKey: [UInt8]) -> [UInt8] {
+    public static func seal(_ plaintext: some ContiguousByteBuffer, associatedData ad: [UInt8], rawKey: some ContiguousByteBuffer) -> [UInt8] {
         precondition(rawKey.count == keyBytes)
-        return rawKey.withUnsafeBytes { seal(plaintext, associatedData: ad, keyPointer: $0) }
+        return rawKey.withUnsafeBytes { k in plaintext.withUnsafeBytes { seal($0, associatedData: ad, keyPointer: k) } }
     }
 
-    /// Opens nonce || ciphertext || tag; nil when the tag does not verify (wrong key, altered
-    /// bytes or altered associated data).
-    public static func open(_ sealed: [UInt8], associatedData ad: [UInt8], key: SecureKey) -> [UInt8]? {
+    /// Opens nonce || ciphertext || tag into wiped memory; nil when the tag does not verify
+    /// (wrong key, altered bytes or altered associated data).
+    public static func open(_ sealed: [UInt8], associatedData ad: [UInt8], key: SecureKey) -> SecretBytes? {
         key.withUnsafeBytes { open(sealed, associatedData: ad, keyPointer: $0) }
     }
 
-    public static func open(_ sealed: [UInt8], associatedData ad: [UInt8], rawKey: [UInt8]) -> [UInt8]? {
+    public static func open(_ sealed: [UInt8], associatedData ad: [UInt8], rawKey: some ContiguousByteBuffer) -> SecretBytes? {
         precondition(rawKey.count == keyBytes)
         return rawKey.withUnsafeBytes { open(sealed, associatedData: ad, keyPointer: $0) }
     }
 
-    private static func seal(_ plaintext: [UInt8], associatedData ad: [UInt8], keyPointer k: UnsafeRawBufferPointer) -> [UInt8] {
+    private static func seal(_ m: UnsafeRawBufferPointer, associatedData ad: [UInt8], keyPointer k: UnsafeRawBufferPointer) -> [UInt8] {
         Sodium.ensureInitialised()
         let nonce = Sodium.randomBytes(nonceBytes)
-        var out = [UInt8](repeating: 0, count: nonceBytes + plaintext.count + tagBytes)
+        var out = [UInt8](repeating: 0, count: nonceBytes + m.count + tagBytes)
         var written: UInt64 = 0
         let rc = out.withUnsafeMutableBufferPointer { o in
-            plaintext.withUnsafeBufferPointer { m in
-                ad.withUnsafeBufferPointer { a in
-                    nonce.withUnsafeBufferPointer { n in
-                        o.baseAddress!.initialize(from: n.baseAddress!, count: nonceBytes)
-                        return crypto_aead_xchacha20poly1305_ietf_encrypt(
-                            o.baseAddress! + nonceBytes, &written,
-                            m.baseAddress, UInt64(m.count), a.baseAddress, UInt64(a.count),
-                            nil, n.baseAddress!, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
-                    }
+            ad.withUnsafeBufferPointer { a in
+                nonce.withUnsafeBufferPointer { n in
+                    o.baseAddress!.initialize(from: n.baseAddress!, count: nonceBytes)
+                    return crypto_aead_xchacha20poly1305_ietf_encrypt(
+                        o.baseAddress! + nonceBytes, &written,
+                        m.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(m.count), a.baseAddress, UInt64(a.count),
+                        nil, n.baseAddress!, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
                 }
             }
         }
-        precondition(rc == 0 && Int(written) == plaintext.count + tagBytes)
+        precondition(rc == 0 && Int(written) == m.count + tagBytes)
         return out
     }
 
-    private static func open(_ sealed: [UInt8], associatedData ad: [UInt8], keyPointer k: UnsafeRawBufferPointer) -> [UInt8]? {
+    private static func open(_ sealed: [UInt8], associatedData ad: [UInt8], keyPointer k: UnsafeRawBufferPointer) -> SecretBytes? {
         Sodium.ensureInitialised()
         guard sealed.count >= nonceBytes + tagBytes else { return nil }
-        var out = [UInt8](repeating: 0, count: sealed.count - nonceBytes - tagBytes)
         var written: UInt64 = 0
-        let rc = out.withUnsafeMutableBufferPointer { o in
-            sealed.withUnsafeBufferPointer { c in
+        var rc: Int32 = -1
+        // The plaintext is decrypted straight into wiped memory, which is zeroed on failure
+        // too when it is released.
+        let out = SecretBytes(count: sealed.count - nonceBytes - tagBytes) { o in
+            rc = sealed.withUnsafeBufferPointer { c in
                 ad.withUnsafeBufferPointer { a in
-                    // An empty plaintext still needs a valid pointer to write to.
-                    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1) { spare in
-                        crypto_aead_xchacha20poly1305_ietf_decrypt(
-                            o.baseAddress ?? spare.baseAddress!, &written, nil,
-                            c.baseAddress! + nonceBytes, UInt64(c.count - nonceBytes),
-                            a.baseAddress, UInt64(a.count),
-                            c.baseAddress!, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
-                    }
+                    crypto_aead_xchacha20poly1305_ietf_decrypt(
+                        o.baseAddress!.assumingMemoryBound(to: UInt8.self), &written, nil,
+                        c.baseAddress! + nonceBytes, UInt64(c.count - nonceBytes),
+                        a.baseAddress, UInt64(a.count),
+                        c.baseAddress!, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
                 }
             }
         }
-        guard rc == 0 else {
-            Sodium.wipe(&out)
-            return nil
-        }
-        return out
+        return rc == 0 ? out : nil
     }
 }
 

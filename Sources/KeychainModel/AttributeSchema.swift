@@ -212,7 +212,7 @@ extension AttributeSpec {
     public func matchBytes(_ stored: AttributeValue) -> [UInt8] {
         switch stored {
         case .string(let s): return Array(s.utf8)
-        case .data(let d): return d
+        case .data(let d): return Array(d)  // lookup attributes, never v_Data
         case .int(let i): return Array(String(i).utf8)
         case .bool(let b): return Array((b ? "1" : "0").utf8)
         case .date(let t): return withUnsafeBytes(of: t.bitPattern.littleEndian) { Array($0) }

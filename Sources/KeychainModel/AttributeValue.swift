@@ -3,10 +3,14 @@
 /// CFBoolean, CFDate). Dates are CFAbsoluteTime: seconds since 2001-01-01 00:00:00 UTC.
 public enum AttributeValue: Sendable, Hashable, CustomStringConvertible {
     case string(String)
-    case data([UInt8])
+    /// Any data value; secrets (v_Data) among them, so all are kept in wiped memory.
+    case data(SecretBytes)
     case int(Int64)
     case bool(Bool)
     case date(Double)
+
+    /// A data value copied from ordinary bytes (literals, non-secret attributes, tests).
+    public static func data(_ bytes: [UInt8]) -> AttributeValue { .data(SecretBytes(bytes)) }
 
     public var description: String {
         // Deliberately value-free for data: descriptions end up in logs and error messages.
@@ -34,10 +38,10 @@ public enum AttributeValue: Sendable, Hashable, CustomStringConvertible {
         return nil
     }
 
-    public var bytesValue: [UInt8]? {
+    public var bytesValue: SecretBytes? {
         switch self {
         case .data(let d): d
-        case .string(let s): Array(s.utf8)
+        case .string(let s): SecretBytes(s.utf8)
         default: nil
         }
     }

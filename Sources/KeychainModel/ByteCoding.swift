@@ -1,34 +1,63 @@
-/// Little-endian byte writer for the keychain's binary encodings (the sealed item plaintext
-/// and, later, the wire protocol). Growing an array is fine here: callers wipe buffers that
-/// held secrets once they are done with them.
-public struct ByteWriter: Sendable {
-    public private(set) var bytes: [UInt8] = []
+/// Little-endian byte writer for the keychain's binary encodings (sealed item plaintexts,
+/// wire frames, backups). Its buffer is wiped memory, zeroed whenever it grows and when it is
+/// freed, and the writer cannot be copied, so no copy of a half-written secret is left behind.
+public struct ByteWriter: ~Copyable {
+    private let storage: SecretStorage
 
-    public init(capacity: Int = 0) { bytes.reserveCapacity(capacity) }
+    public init(capacity: Int = 0) { storage = SecretStorage(capacity: capacity) }
 
-    public mutating func u8(_ v: UInt8) { bytes.append(v) }
-    public mutating func u16(_ v: UInt16) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
-    public mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
-    public mutating func u64(_ v: UInt64) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
-    public mutating func raw<C: Collection>(_ b: C) where C.Element == UInt8 { bytes.append(contentsOf: b) }
+    public var count: Int { storage.count }
+
+    /// An ordinary copy of what was written: for encodings that hold no secret in clear
+    /// (ciphertexts, the keybag record). Secrets leave through `finish()`.
+    public var bytes: [UInt8] { Array(storage.bytes) }
+
+    /// What was written, handed over without a copy.
+    public consuming func finish() -> SecretBytes { SecretBytes(storage: storage) }
+
+    public mutating func u8(_ v: UInt8) { withUnsafeBytes(of: v) { storage.append($0) } }
+    public mutating func u16(_ v: UInt16) { withUnsafeBytes(of: v.littleEndian) { storage.append($0) } }
+    public mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { storage.append($0) } }
+    public mutating func u64(_ v: UInt64) { withUnsafeBytes(of: v.littleEndian) { storage.append($0) } }
+
+    public mutating func raw<C: Collection>(_ b: C) where C.Element == UInt8 {
+        let done: Void? = b.withContiguousStorageIfAvailable { storage.append(UnsafeRawBufferPointer($0)) }
+        if done == nil {
+            storage.reserve(storage.count + b.count)
+            for byte in b { u8(byte) }
+        }
+    }
+
     /// u32 length, then the bytes.
     public mutating func lengthPrefixed<C: Collection>(_ b: C) where C.Element == UInt8 {
         u32(UInt32(b.count))
-        bytes.append(contentsOf: b)
+        raw(b)
+    }
+
+    /// Overwrites 4 bytes at `offset` (a length written before what it counts was known).
+    public mutating func patchU32(_ v: UInt32, at offset: Int) {
+        precondition(offset >= 0 && offset + 4 <= storage.count)
+        withUnsafeBytes(of: v.littleEndian) { (storage.base + offset).copyMemory(from: $0.baseAddress!, byteCount: 4) }
     }
 }
 
 /// Reads what ByteWriter wrote; every read is bounds-checked and a short input throws the
-/// status the caller chose (errSecParam for requests, errSecDecode for stored items).
+/// status the caller chose (errSecParam for requests, errSecDecode for stored items). Data
+/// fields come out as SecretBytes, copied straight from the input's wiped memory.
 public struct ByteReader {
-    private let bytes: [UInt8]
+    private let bytes: SecretBytes
     public private(set) var offset: Int
     private let failure: KeychainStatus
 
-    public init(_ bytes: [UInt8], offset: Int = 0, failure: KeychainStatus) {
+    public init(_ bytes: SecretBytes, offset: Int = 0, failure: KeychainStatus) {
         self.bytes = bytes
         self.offset = offset
         self.failure = failure
+    }
+
+    /// For inputs that hold no secret in clear (ciphertexts, the keybag record).
+    public init(_ bytes: [UInt8], offset: Int = 0, failure: KeychainStatus) {
+        self.init(SecretBytes(bytes), offset: offset, failure: failure)
     }
 
     public var remaining: Int { bytes.count - offset }
@@ -36,45 +65,52 @@ public struct ByteReader {
 
     public func fail(_ message: String) -> KeychainError { KeychainError(failure, message) }
 
-    public mutating func take(_ n: Int) throws(KeychainError) -> ArraySlice<UInt8> {
+    /// The next `n` bytes, in place; valid while the reader's input lives.
+    private mutating func span(_ n: Int) throws(KeychainError) -> UnsafeRawBufferPointer {
         guard n >= 0, n <= remaining else { throw fail("truncated input: wanted \(n) bytes, \(remaining) left") }
         defer { offset += n }
-        return bytes[offset..<(offset + n)]
+        return UnsafeRawBufferPointer(rebasing: bytes.storage.bytes[offset..<(offset + n)])
     }
 
-    public mutating func u8() throws(KeychainError) -> UInt8 { try take(1).first! }
+    /// The next `n` bytes as an ordinary array: for fields that are not secret.
+    public mutating func take(_ n: Int) throws(KeychainError) -> [UInt8] { Array(try span(n)) }
+
+    public mutating func u8() throws(KeychainError) -> UInt8 { try span(1)[0] }
     public mutating func u16() throws(KeychainError) -> UInt16 { UInt16(try fixed(2)) }
     public mutating func u32() throws(KeychainError) -> UInt32 { UInt32(try fixed(4)) }
     public mutating func u64() throws(KeychainError) -> UInt64 { try fixed(8) }
 
     private mutating func fixed(_ n: Int) throws(KeychainError) -> UInt64 {
-        let s = try take(n)
+        let s = try span(n)
         var v: UInt64 = 0
-        for (i, b) in s.enumerated() { v |= UInt64(b) << (8 * UInt64(i)) }
+        for i in 0..<n { v |= UInt64(s[i]) << (8 * UInt64(i)) }
         return v
     }
 
     /// `n` bytes as text, or nil if they are not valid UTF-8. ASCII (nearly every key and most
     /// values) takes a fast path; the general validator is only run on other bytes.
     public mutating func utf8(_ n: Int) throws(KeychainError) -> String? {
-        guard n >= 0, n <= remaining else { throw fail("truncated input: wanted \(n) bytes, \(remaining) left") }
-        defer { offset += n }
-        return bytes.withUnsafeBufferPointer { all -> String? in
-            let slice = UnsafeBufferPointer(rebasing: all[offset..<(offset + n)])
-            var ascii = true
-            for b in slice where b >= 0x80 {
-                ascii = false
-                break
-            }
-            return ascii ? String(decoding: slice, as: UTF8.self) : String(validating: slice, as: UTF8.self)
+        let slice = try span(n).bindMemory(to: UInt8.self)
+        var ascii = true
+        for b in slice where b >= 0x80 {
+            ascii = false
+            break
         }
+        return ascii ? String(decoding: slice, as: UTF8.self) : String(validating: slice, as: UTF8.self)
     }
 
     /// u32 length then bytes, with the length checked against what is left before copying.
-    public mutating func lengthPrefixed(max: Int) throws(KeychainError) -> [UInt8] {
+    public mutating func lengthPrefixed(max: Int) throws(KeychainError) -> SecretBytes {
         let n = Int(try u32())
         guard n <= max else { throw fail("field of \(n) bytes exceeds the limit of \(max)") }
-        return Array(try take(n))
+        return SecretBytes(try span(n))
+    }
+
+    /// `lengthPrefixed` as an ordinary array: for fields that are not secret (salts, wrapped keys).
+    public mutating func lengthPrefixedArray(max: Int) throws(KeychainError) -> [UInt8] {
+        let n = Int(try u32())
+        guard n <= max else { throw fail("field of \(n) bytes exceeds the limit of \(max)") }
+        return Array(try span(n))
     }
 }
 
@@ -108,10 +144,10 @@ public enum AttributeCodec {
         }
     }
 
-    public static func encode(_ dict: AttributeDictionary) -> [UInt8] {
+    public static func encode(_ dict: AttributeDictionary) -> SecretBytes {
         var w = ByteWriter()
         encode(dict, into: &w)
-        return w.bytes
+        return w.finish()
     }
 
     /// Decodes a dictionary; rejects duplicate keys, unknown tags, invalid UTF-8 and values
@@ -155,7 +191,7 @@ public enum AttributeCodec {
         }
     }
 
-    public static func decode(_ bytes: [UInt8], failure: KeychainStatus) throws(KeychainError) -> AttributeDictionary {
+    public static func decode(_ bytes: SecretBytes, failure: KeychainStatus) throws(KeychainError) -> AttributeDictionary {
         var r = ByteReader(bytes, failure: failure)
         let dict = try decode(from: &r)
         guard r.isAtEnd else { throw r.fail("\(r.remaining) unexpected bytes after the attributes") }

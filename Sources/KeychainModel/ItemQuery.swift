@@ -32,9 +32,9 @@ public struct PersistentRef: Sendable, Hashable {
         self.id = id
     }
 
-    public init?(bytes: [UInt8]) {
+    public init?<C: Collection>(bytes: C) where C.Element == UInt8, C.Index == Int {
         guard bytes.count == 20,
-              let code = String(validating: bytes[0..<4], as: UTF8.self),
+              let code = String(validating: Array(bytes[0..<4]), as: UTF8.self),
               let cls = ItemClass(rawValue: code) else { return nil }
         self.itemClass = cls
         self.id = Array(bytes[4...])
@@ -62,7 +62,7 @@ public struct ItemQuery: Sendable, Equatable {
     public var returnRef = false
     public var returnPersistentRef = false
     /// kSecValueData.
-    public var data: [UInt8]?
+    public var data: SecretBytes?
     /// kSecValuePersistentRef.
     public var persistentRef: PersistentRef?
     /// kSecAttrAccessControl, when given.
@@ -239,12 +239,12 @@ public struct ItemQuery: Sendable, Equatable {
 /// The second dictionary of SecItemUpdate: attributes and v_Data only.
 public struct ItemChanges: Sendable, Equatable {
     public var attributes: AttributeDictionary = [:]
-    public var data: [UInt8]?
+    public var data: SecretBytes?
     private var accessControl: AccessControl?
 
     public var isEmpty: Bool { attributes.isEmpty && data == nil }
 
-    public init(attributes: AttributeDictionary = [:], data: [UInt8]? = nil) {
+    public init(attributes: AttributeDictionary = [:], data: SecretBytes? = nil) {
         self.attributes = attributes
         self.data = data
     }
@@ -328,7 +328,10 @@ public struct AccessControl: Sendable, Equatable {
 /// One item's result, in the shapes SecItemCopyMatching returns (keychain-semantics.md 4.6).
 public enum ItemResult: Sendable, Equatable {
     /// r_Data alone: the secret.
-    case data([UInt8])
+    case data(SecretBytes)
+
+    /// A data result copied from ordinary bytes (tests, tools).
+    public static func data(_ bytes: [UInt8]) -> ItemResult { .data(SecretBytes(bytes)) }
     /// r_PersistentRef alone.
     case persistentRef([UInt8])
     /// r_Attributes, or two or more return keys: attributes plus v_Data / v_PersistentRef.

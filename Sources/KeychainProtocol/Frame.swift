@@ -12,7 +12,7 @@ public enum Frame {
     /// Reads one frame without buffering (never reads past it): for one-shot callers and tests.
     /// Connections that exchange many frames use FrameReader, which needs fewer system calls.
     /// Returns nil on a clean EOF before the frame.
-    public static func read(from socket: UnixSocket, idleTimeoutMs: Int32, frameTimeoutMs: Int32) throws(SocketFailure) -> [UInt8]? {
+    public static func read(from socket: UnixSocket, idleTimeoutMs: Int32, frameTimeoutMs: Int32) throws(SocketFailure) -> SecretBytes? {
         var header = [UInt8](repeating: 0, count: 4)
         do {
             try socket.readExactly(into: &header, count: 1, timeoutMs: idleTimeoutMs)
@@ -22,17 +22,17 @@ public enum Frame {
         try socket.readExactly(into: &header, from: 1, count: 3, timeoutMs: frameTimeoutMs)
         let length = UInt32(header[0]) | UInt32(header[1]) << 8 | UInt32(header[2]) << 16 | UInt32(header[3]) << 24
         guard length >= 1, length <= UInt32(maxPayloadBytes) else { throw .badLength(length) }
-        var payload = [UInt8](repeating: 0, count: Int(length))
-        try socket.readExactly(into: &payload, count: Int(length), timeoutMs: frameTimeoutMs)
-        return payload
+        return try SecretBytes(count: Int(length)) { (payload) throws(SocketFailure) in
+            try socket.readExactly(into: payload, count: Int(length), timeoutMs: frameTimeoutMs)
+        }
     }
 
-    public static func encode(_ payload: [UInt8]) -> [UInt8] {
-        var out = [UInt8]()
-        out.reserveCapacity(4 + payload.count)
-        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { out.append(contentsOf: $0) }
-        out.append(contentsOf: payload)
-        return out
+    /// A frame around `payload`, in wiped memory (for tests and tools; clients and the daemon
+    /// build their frames in one piece with WireCodec.frame).
+    public static func encode<C: Collection>(_ payload: C) -> SecretBytes where C.Element == UInt8 {
+        var w = ByteWriter(capacity: 4 + payload.count)
+        w.lengthPrefixed(payload)
+        return w.finish()
     }
 }
 
@@ -58,7 +58,7 @@ public final class FrameReader {
     /// `idleTimeoutMs` for a frame to begin (a client may keep an idle connection), then at
     /// most `frameTimeoutMs` per wait for the rest, so a peer that stops mid-frame is dropped.
     /// The length is checked before anything is allocated.
-    public func next(idleTimeoutMs: Int32, frameTimeoutMs: Int32) throws(SocketFailure) -> [UInt8]? {
+    public func next(idleTimeoutMs: Int32, frameTimeoutMs: Int32) throws(SocketFailure) -> SecretBytes? {
         if buffered == 0 {
             do {
                 try fill(atLeast: 1, timeoutMs: idleTimeoutMs)
@@ -73,20 +73,21 @@ public final class FrameReader {
         let total = 4 + Int(length)
         if total <= buffer.count {
             try fill(atLeast: total, timeoutMs: frameTimeoutMs)
-            let payload = Array(buffer[(start + 4)..<(start + total)])
+            let payload = buffer.withUnsafeBytes { SecretBytes(UnsafeRawBufferPointer(rebasing: $0[(start + 4)..<(start + total)])) }
             consume(total)
             return payload
         }
         // Larger than the buffer (a big secret): take what is buffered, read the rest directly.
-        var payload = [UInt8](repeating: 0, count: Int(length))
         let have = buffered - 4
-        payload.withUnsafeMutableBytes { dst in
+        let first = start + 4
+        let payload = try SecretBytes(count: Int(length)) { (dst) throws(SocketFailure) in
             buffer.withUnsafeBytes { src in
-                dst.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[(start + 4)..<end]))
+                UnsafeMutableRawBufferPointer(rebasing: dst[0..<have]).copyMemory(from: UnsafeRawBufferPointer(rebasing: src[first..<(first + have)]))
             }
+            consume(buffered)
+            try socket.readExactly(into: UnsafeMutableRawBufferPointer(rebasing: dst[have...]), count: Int(length) - have,
+                                   timeoutMs: frameTimeoutMs)
         }
-        consume(buffered)
-        try socket.readExactly(into: &payload, from: have, count: Int(length) - have, timeoutMs: frameTimeoutMs)
         return payload
     }
 

@@ -8,13 +8,13 @@ public enum Request: Sendable, Equatable {
     case delete(AttributeDictionary)
     case status
     case lock
-    case unlock(passcode: [UInt8])
-    case setPasscode(new: [UInt8])
-    case changePasscode(old: [UInt8], new: [UInt8])
-    case removePasscode(current: [UInt8])
+    case unlock(passcode: SecretBytes)
+    case setPasscode(new: SecretBytes)
+    case changePasscode(old: SecretBytes, new: SecretBytes)
+    case removePasscode(current: SecretBytes)
     /// Seals a backup of every migratable item under `password`; the result gives a session
     /// to read the file from, and its size.
-    case backupBegin(password: [UInt8])
+    case backupBegin(password: SecretBytes)
     /// Up to `Request.chunkBytes` of the backup file from `offset`.
     case backupRead(session: UInt64, offset: UInt64)
     /// Starts receiving a backup file of `size` bytes.
@@ -22,7 +22,7 @@ public enum Request: Sendable, Equatable {
     /// The bytes of the file at `offset`.
     case restoreWrite(session: UInt64, offset: UInt64, bytes: [UInt8])
     /// Opens the received file with `password` and restores it in one transaction.
-    case restoreCommit(session: UInt64, password: [UInt8], onConflict: String)
+    case restoreCommit(session: UInt64, password: SecretBytes, onConflict: String)
 
     /// The largest piece of a backup file moved in one call.
     public static let chunkBytes = 512 << 10
@@ -111,8 +111,24 @@ public enum WireCodec {
 
     // MARK: requests
 
-    public static func encode(_ request: Request) -> [UInt8] {
+    /// The payload of `request`, in wiped memory.
+    public static func encode(_ request: Request) -> SecretBytes {
         var w = ByteWriter(capacity: 128)
+        encode(request, into: &w)
+        return w.finish()
+    }
+
+    /// `request` as a whole frame (length header and payload) written once, in wiped memory:
+    /// what a client sends.
+    public static func frame(_ request: Request) -> SecretBytes {
+        var w = ByteWriter(capacity: 132)
+        w.u32(0)
+        encode(request, into: &w)
+        w.patchU32(UInt32(w.count - 4), at: 0)
+        return w.finish()
+    }
+
+    private static func encode(_ request: Request, into w: inout ByteWriter) {
         w.u8(version)
         w.u8(request.operation.rawValue)
         switch request {
@@ -144,12 +160,11 @@ public enum WireCodec {
             w.lengthPrefixed(password)
             w.lengthPrefixed(Array(onConflict.utf8))
         }
-        return w.bytes
     }
 
     /// Decodes a request payload. errSecParam for anything malformed; errSecUnimplemented for
     /// an operation this daemon does not know (the connection stays usable).
-    public static func decodeRequest(_ payload: [UInt8]) throws(KeychainError) -> Request {
+    public static func decodeRequest(_ payload: SecretBytes) throws(KeychainError) -> Request {
         var r = ByteReader(payload, failure: .param)
         let v = try r.u8()
         guard v == version else { throw KeychainError(.param, "protocol version \(v) is not supported (this keychaind speaks \(version))") }
@@ -179,11 +194,12 @@ public enum WireCodec {
         case .restoreWrite:
             let session = try r.u64()
             let offset = try r.u64()
-            request = .restoreWrite(session: session, offset: offset, bytes: try r.lengthPrefixed(max: Request.chunkBytes))
+            // A piece of a backup file: ciphertext.
+            request = .restoreWrite(session: session, offset: offset, bytes: try r.lengthPrefixedArray(max: Request.chunkBytes))
         case .restoreCommit:
             let session = try r.u64()
             let password = try passcode(&r)
-            guard let policy = String(validating: try r.lengthPrefixed(max: 16), as: UTF8.self) else {
+            guard let policy = String(validating: try r.lengthPrefixedArray(max: 16), as: UTF8.self) else {
                 throw KeychainError(.param, "the conflict policy is not UTF-8")
             }
             request = .restoreCommit(session: session, password: password, onConflict: policy)
@@ -192,14 +208,29 @@ public enum WireCodec {
         return request
     }
 
-    private static func passcode(_ r: inout ByteReader) throws(KeychainError) -> [UInt8] {
+    private static func passcode(_ r: inout ByteReader) throws(KeychainError) -> SecretBytes {
         try r.lengthPrefixed(max: 4096)
     }
 
     // MARK: responses
 
-    public static func encode(_ response: Response) -> [UInt8] {
+    /// The payload of `response`, in wiped memory.
+    public static func encode(_ response: Response) -> SecretBytes {
         var w = ByteWriter(capacity: 64)
+        encode(response, into: &w)
+        return w.finish()
+    }
+
+    /// `response` as a whole frame written once, in wiped memory: what the daemon sends.
+    public static func frame(_ response: Response) -> SecretBytes {
+        var w = ByteWriter(capacity: 68)
+        w.u32(0)
+        encode(response, into: &w)
+        w.patchU32(UInt32(w.count - 4), at: 0)
+        return w.finish()
+    }
+
+    private static func encode(_ response: Response, into w: inout ByteWriter) {
         w.u8(version)
         w.u32(UInt32(bitPattern: response.status))
         w.lengthPrefixed(response.message.utf8)
@@ -211,7 +242,6 @@ public enum WireCodec {
             w.u32(UInt32(items.count))
             for item in items { encode(item, into: &w) }
         }
-        return w.bytes
     }
 
     private static func encode(_ item: ItemResult, into w: inout ByteWriter) {
@@ -222,12 +252,12 @@ public enum WireCodec {
         }
     }
 
-    public static func decodeResponse(_ payload: [UInt8]) throws(KeychainError) -> Response {
+    public static func decodeResponse(_ payload: SecretBytes) throws(KeychainError) -> Response {
         var r = ByteReader(payload, failure: .decode)
         let v = try r.u8()
         guard v == version else { throw KeychainError(.decode, "keychaind answered in protocol version \(v); this client speaks \(version)") }
         let status = Int32(bitPattern: try r.u32())
-        guard let message = String(validating: try r.lengthPrefixed(max: 64 << 10), as: UTF8.self) else {
+        guard let message = String(validating: try r.lengthPrefixedArray(max: 64 << 10), as: UTF8.self) else {
             throw KeychainError(.decode, "response message is not UTF-8")
         }
         let result: QueryResult
@@ -250,7 +280,7 @@ public enum WireCodec {
     private static func item(_ r: inout ByteReader) throws(KeychainError) -> ItemResult {
         switch try r.u8() {
         case 1: return .data(try r.lengthPrefixed(max: KeychainLimits.maxSecretBytes))
-        case 2: return .persistentRef(try r.lengthPrefixed(max: 64))
+        case 2: return .persistentRef(try r.lengthPrefixedArray(max: 64))
         case 3: return .attributes(try AttributeCodec.decode(from: &r))
         case let k: throw KeychainError(.decode, "unknown item result kind \(k)")
         }

@@ -113,9 +113,17 @@ public struct UnixSocket: Sendable {
     public func shutdownBoth() { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
 
     public func writeAll(_ bytes: [UInt8]) throws(SocketFailure) {
+        try bytes.withUnsafeBytes { b in Result { () throws(SocketFailure) in try writeAll(b) } }.get()
+    }
+
+    public func writeAll(_ bytes: SecretBytes) throws(SocketFailure) {
+        try bytes.withUnsafeBytes { b in Result { () throws(SocketFailure) in try writeAll(b) } }.get()
+    }
+
+    public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(SocketFailure) {
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            let n = send(fd, bytes.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
             if n > 0 { offset += n; continue }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EPIPE || errno == ECONNRESET) { throw .closed }
@@ -127,6 +135,16 @@ public struct UnixSocket: Sendable {
     /// wait for data (-1: no bound). EOF before the first byte with `eofIsClean` gives
     /// `.closed` too, but the caller can tell the two apart by `offset`.
     public func readExactly(into buffer: inout [UInt8], from offset: Int = 0, count: Int, timeoutMs: Int32) throws(SocketFailure) {
+        try buffer.withUnsafeMutableBytes { b in
+            Result { () throws(SocketFailure) in
+                try readExactly(into: UnsafeMutableRawBufferPointer(rebasing: b[offset...]), count: count, timeoutMs: timeoutMs)
+            }
+        }.get()
+    }
+
+    /// Reads exactly `count` bytes into the start of `buffer`.
+    public func readExactly(into buffer: UnsafeMutableRawBufferPointer, count: Int, timeoutMs: Int32) throws(SocketFailure) {
+        precondition(count <= buffer.count)
         var got = 0
         while got < count {
             if timeoutMs >= 0 {
@@ -138,7 +156,7 @@ public struct UnixSocket: Sendable {
                     throw .system("poll", errno)
                 }
             }
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + offset + got, count - got, 0) }
+            let n = recv(fd, buffer.baseAddress! + got, count - got, 0)
             if n > 0 { got += n; continue }
             if n == 0 { throw .closed }
             if errno == EINTR { continue }

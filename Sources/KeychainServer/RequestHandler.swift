@@ -109,7 +109,7 @@ final class RequestHandler {
         case .backupBegin(let password):
             return Response(result: .single(.attributes(try backup(password: password, caller: caller))))
         case .backupRead(let session, let offset):
-            return Response(result: .single(.data(try transfers.read(session, offset: offset))))
+            return Response(result: .single(.data(SecretBytes(try transfers.read(session, offset: offset)))))
         case .restoreBegin(let size):
             let session = try transfers.expect(size: size, at: clock.monotonic())
             return Response(result: .single(.attributes(["session": .int(Int64(session))])))
@@ -122,11 +122,10 @@ final class RequestHandler {
     }
 
     /// Seals every migratable item into a backup file held for the client to read.
-    private func backup(password: [UInt8], caller: Caller) throws(KeychainError) -> AttributeDictionary {
+    private func backup(password: SecretBytes, caller: Caller) throws(KeychainError) -> AttributeDictionary {
         try ItemStore.checkBackupPassword(password)
         let (items, excluded) = try store.exportMigratableItems()
-        var payload = BackupPayload.encode(items)
-        defer { Sodium.wipe(&payload) }
+        let payload = BackupPayload.encode(items)
         let note = excluded == 0 ? "no ThisDeviceOnly items" :
             "\(excluded) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
         let file = try BackupFile.seal(payload: payload, itemCount: items.count, excludedCount: excluded, note: note,
@@ -138,13 +137,12 @@ final class RequestHandler {
     }
 
     /// Opens a received backup file and restores it in one transaction.
-    private func restore(_ session: UInt64, password: [UInt8], onConflict: String, caller: Caller) throws(KeychainError) -> AttributeDictionary {
+    private func restore(_ session: UInt64, password: SecretBytes, onConflict: String, caller: Caller) throws(KeychainError) -> AttributeDictionary {
         guard let policy = ConflictPolicy(rawValue: onConflict) else {
             throw KeychainError(.param, "on-conflict must be skip, replace or fail")
         }
         let file = try transfers.take(session)
-        var (header, payload) = try BackupFile.open(file, password: password)
-        defer { Sodium.wipe(&payload) }
+        let (header, payload) = try BackupFile.open(file, password: password)
         let items = try BackupPayload.decode(payload)
         guard items.count == header.itemCount else {
             throw KeychainError(.decode, "the backup holds \(items.count) items but its header says \(header.itemCount)")

@@ -225,7 +225,9 @@ public final class KeychainServer: @unchecked Sendable {
         let reader = FrameReader(socket, capacity: 16 << 10)
         var pace = ConnectionPace(connection: Int(socket.fd))
         while true {
-            var payload: [UInt8]
+            // SecretBytes: the frame, the request decoded from it and the response all live in
+            // wiped memory, so whatever secret they held is zeroed as they are released.
+            let payload: SecretBytes
             do {
                 busyPoll.watch(reader, pace: pace)
                 guard let frame = try reader.next(idleTimeoutMs: configuration.idleTimeoutMs,
@@ -242,7 +244,7 @@ public final class KeychainServer: @unchecked Sendable {
             busyPoll.requestStarted(&pace, at: MonotonicClock.nanoseconds())
             defer { busyPoll.requestFinished(&pace, at: MonotonicClock.nanoseconds()) }
             let response: Response
-            do {
+            do throws(KeychainError) {
                 let request = try WireCodec.decodeRequest(payload)
                 response = executor.submit(request, from: caller)
                 if response.status != 0 {
@@ -252,9 +254,8 @@ public final class KeychainServer: @unchecked Sendable {
                 logger.warning("bad request from \(caller): \(error)")
                 response = Response(error: error)
             }
-            Sodium.wipe(&payload)  // it may have held a secret or a passcode
             do {
-                try socket.writeAll(Frame.encode(WireCodec.encode(response)))
+                try socket.writeAll(WireCodec.frame(response))
             } catch {
                 logger.info("cannot answer \(caller): \(error)")
                 return

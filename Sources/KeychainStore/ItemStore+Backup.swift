@@ -91,7 +91,7 @@ extension ItemStore {
 
     /// Checks one backup item: a stored class, a migratable protection class, the common
     /// attributes present, and every attribute one the class has.
-    static func backupItem(_ dict: AttributeDictionary) throws(KeychainError) -> (ItemClass, AttributeDictionary, [UInt8]) {
+    static func backupItem(_ dict: AttributeDictionary) throws(KeychainError) -> (ItemClass, AttributeDictionary, SecretBytes) {
         guard case .string(let code)? = dict["class"], let cls = ItemClass(rawValue: code), let schema = ClassSchema.of(cls) else {
             throw KeychainError(.decode, "a backup item has no valid class")
         }
@@ -117,14 +117,14 @@ extension ItemStore {
 /// The payload of a backup file: u32 item count, then each item as an attribute dictionary
 /// (docs/backup-format.md).
 public enum BackupPayload {
-    public static func encode(_ items: [AttributeDictionary]) -> [UInt8] {
+    public static func encode(_ items: [AttributeDictionary]) -> SecretBytes {
         var w = ByteWriter(capacity: items.count * 256)
         w.u32(UInt32(items.count))
         for item in items { AttributeCodec.encode(item, into: &w) }
-        return w.bytes
+        return w.finish()
     }
 
-    public static func decode(_ bytes: [UInt8]) throws(KeychainError) -> [AttributeDictionary] {
+    public static func decode(_ bytes: SecretBytes) throws(KeychainError) -> [AttributeDictionary] {
         var r = ByteReader(bytes, failure: .decode)
         let count = Int(try r.u32())
         guard count <= bytes.count else { throw KeychainError(.decode, "the backup payload claims \(count) items") }

@@ -31,7 +31,7 @@ extension ItemStore {
         attributes["sync"] = attributes["sync"] ?? .int(0)
         attributes["cdat"] = .date(stamp)
         attributes["mdat"] = .date(stamp)
-        let data = query.data ?? []
+        let data = query.data ?? .empty
         var row = codec.seal(cls, attributes: attributes, data: data,
                              persistentID: PersistentID.make(at: stamp), classKey: key)
         row.rowid = try database.transaction { () throws(KeychainError) -> Int64 in

@@ -52,7 +52,7 @@ public final class ItemStore {
     public func isAvailable(_ pdmn: Protection) -> Bool { keybag.key(for: pdmn) != nil }
 
     /// Loads the passcode-protected class keys. errSecAuthFailed for a wrong passcode.
-    public func unlock(passcode: [UInt8]) throws(KeychainError) {
+    public func unlock(passcode: SecretBytes) throws(KeychainError) {
         try Self.checkPasscode(passcode)
         try keybag.unlock(passcode: passcode, deviceKey: deviceKey)
     }
@@ -70,7 +70,7 @@ public final class ItemStore {
     }
 
     /// Sets a passcode where none was set. The keychain must be unlocked.
-    public func setPasscode(_ passcode: [UInt8]) throws(KeychainError) {
+    public func setPasscode(_ passcode: SecretBytes) throws(KeychainError) {
         try Self.checkPasscode(passcode)
         var next = keybag
         try next.setPasscode(passcode, parameters: configuration.argon2, deviceKey: deviceKey)
@@ -79,7 +79,7 @@ public final class ItemStore {
     }
 
     /// Changes the passcode: the class keys are rewrapped, items are not touched.
-    public func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) {
+    public func changePasscode(old: SecretBytes, new: SecretBytes) throws(KeychainError) {
         try Self.checkPasscode(old)
         try Self.checkPasscode(new)
         var next = keybag
@@ -91,7 +91,7 @@ public final class ItemStore {
     /// Removes the passcode and, in the same transaction, every WhenPasscodeSetThisDeviceOnly
     /// item (that class cannot exist without a passcode). Returns how many were deleted.
     @discardableResult
-    public func removePasscode(current: [UInt8]) throws(KeychainError) -> Int {
+    public func removePasscode(current: SecretBytes) throws(KeychainError) -> Int {
         try Self.checkPasscode(current)
         var next = keybag
         try next.removePasscode(current: current, deviceKey: deviceKey)
@@ -131,14 +131,14 @@ public final class ItemStore {
     public static let maxPasscodeBytes = 1024
 
     /// A backup password follows the passcode's limits.
-    public static func checkBackupPassword(_ password: [UInt8]) throws(KeychainError) {
+    public static func checkBackupPassword(_ password: SecretBytes) throws(KeychainError) {
         guard !password.isEmpty else { throw KeychainError(.param, "the backup password is empty") }
         guard password.count <= maxPasscodeBytes else {
             throw KeychainError(.param, "the backup password is longer than \(maxPasscodeBytes) bytes")
         }
     }
 
-    static func checkPasscode(_ passcode: [UInt8]) throws(KeychainError) {
+    static func checkPasscode(_ passcode: SecretBytes) throws(KeychainError) {
         guard !passcode.isEmpty else { throw KeychainError(.param, "the passcode is empty") }
         guard passcode.count <= maxPasscodeBytes else {
             throw KeychainError(.param, "the passcode is longer than \(maxPasscodeBytes) bytes")

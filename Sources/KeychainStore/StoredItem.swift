@@ -7,7 +7,7 @@ import KeychainStorage
 struct StoredItem {
     var row: ItemRow
     var attributes: AttributeDictionary
-    var data: [UInt8]
+    var data: SecretBytes
 
     var itemClass: ItemClass { row.itemClass }
 }
@@ -65,7 +65,7 @@ struct ItemCodec {
     }
 
     /// Builds the row for `attributes` (which must hold agrp, pdmn, sync, cdat, mdat) and seals it.
-    func seal(_ cls: ItemClass, attributes: AttributeDictionary, data: [UInt8], persistentID: [UInt8],
+    func seal(_ cls: ItemClass, attributes: AttributeDictionary, data: SecretBytes, persistentID: [UInt8],
               classKey: SecureKey, rowid: Int64 = 0) -> ItemRow {
         guard case .string(let agrp)? = attributes["agrp"],
               case .string(let pdmnText)? = attributes["pdmn"], let pdmn = Protection(rawValue: pdmnText),
@@ -81,17 +81,15 @@ struct ItemCodec {
         var w = ByteWriter(capacity: 4 + data.count + 256)
         w.lengthPrefixed(data)
         AttributeCodec.encode(attributes, into: &w)
-        var plaintext = w.bytes
-        defer { Sodium.wipe(&plaintext) }
-        row.blob = ItemSealer.seal(plaintext, identity: identity(of: row), classKey: classKey)
+        // The writer's own wiped buffer is sealed: no copy of the plaintext is ever made.
+        row.blob = ItemSealer.seal(w.finish(), identity: identity(of: row), classKey: classKey)
         return row
     }
 
     /// Opens a row with its class key; errSecDecode if anything about it was altered. The
     /// attributes are decoded only when asked for (`attributes` is empty otherwise).
     func open(_ row: ItemRow, classKey: SecureKey, withAttributes: Bool) throws(KeychainError) -> StoredItem {
-        var plaintext = try ItemSealer.open(row.blob, identity: identity(of: row), classKey: classKey)
-        defer { Sodium.wipe(&plaintext) }
+        let plaintext = try ItemSealer.open(row.blob, identity: identity(of: row), classKey: classKey)
         var r = ByteReader(plaintext, failure: .decode)
         let data = try r.lengthPrefixed(max: KeychainLimits.maxSecretBytes)
         var attributes: AttributeDictionary = [:]

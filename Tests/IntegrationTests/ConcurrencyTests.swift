@@ -106,7 +106,7 @@ private func expectDaemonMatches(_ models: [ClientModel], _ d: RunningDaemon,
                 Issue.record("client \(i): unexpected item \(item)", sourceLocation: sourceLocation)
                 continue
             }
-            #expect(stored.updateValue(secret, forKey: acct) == nil, "client \(i): \(acct) stored twice", sourceLocation: sourceLocation)
+            #expect(stored.updateValue(Array(secret), forKey: acct) == nil, "client \(i): \(acct) stored twice", sourceLocation: sourceLocation)
         }
         #expect(stored == model, "client \(i): daemon holds \(stored), client expects \(model)", sourceLocation: sourceLocation)
     }

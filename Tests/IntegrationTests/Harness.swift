@@ -26,9 +26,12 @@ final class RunningDaemon: @unchecked Sendable {
     /// Whether the daemon runs with KEYCHAIND_INSECURE_FAST_KDF=1 (tests that need the
     /// configured Argon2id cost turn it off).
     let fastKDF: Bool
+    /// Added to the daemon's environment (e.g. LD_PRELOAD for the freed-memory scan).
+    let environment: [String: String]
 
-    init(config: String = "", start: Bool = true, fastKDF: Bool = true) throws {
+    init(config: String = "", start: Bool = true, fastKDF: Bool = true, environment: [String: String] = [:]) throws {
         self.fastKDF = fastKDF
+        self.environment = environment
         // Unix socket paths are limited to 108 bytes: keep the directory short.
         var template = Array("/tmp/kci.XXXXXX".utf8CString)
         guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
@@ -63,6 +66,7 @@ final class RunningDaemon: @unchecked Sendable {
         p.arguments = ["--state-dir", stateDirectory, "--socket", socketPath, "--config", configPath]
         var env = ProcessInfo.processInfo.environment
         env["KEYCHAIND_INSECURE_FAST_KDF"] = fastKDF ? "1" : nil
+        env.merge(environment) { $1 }
         p.environment = env
         if !FileManager.default.fileExists(atPath: logPath) {
             FileManager.default.createFile(atPath: logPath, contents: nil)

@@ -174,7 +174,7 @@ struct RobustnessTests {
         let refused = try #require(try peer.next())
         #expect(refused.status == -4)  // errSecUnimplemented
         #expect(refused.message.contains("200"))
-        try peer.sendFrame(WireCodec.encode(.status))
+        try peer.sendFrame(plainPayload(.status))
         let status = try #require(try peer.next(), "the connection was closed after an unknown opcode")
         #expect(status.status == 0)
         guard case .single(.attributes(let info)) = status.result else {
@@ -189,7 +189,7 @@ struct RobustnessTests {
         let d = try seededDaemon()
         let peer = try RawPeer(d)
         defer { peer.close() }
-        var payload = WireCodec.encode(.status)
+        var payload = plainPayload(.status)
         payload[0] = 2
         try peer.sendFrame(payload)
         let response = try #require(try peer.next())
@@ -245,7 +245,7 @@ struct RobustnessTests {
         let response = try #require(try peer.next())
         #expect(response.status == -50)
         // A request without a body and trailing bytes too.
-        try peer.sendFrame(WireCodec.encode(.status) + [0])
+        try peer.sendFrame(plainPayload(.status) + [0])
         #expect(try #require(try peer.next()).status == -50)
         let c = KeychainConnection(socketPath: d.socketPath)
         expectStatus(.itemNotFound) {
@@ -285,7 +285,7 @@ struct RobustnessTests {
         let d = try seededDaemon()
         let peer = try RawPeer(d)
         defer { peer.close() }
-        let payload = WireCodec.encode(.status)
+        let payload = plainPayload(.status)
         let frame = Frame.encode(payload + [UInt8](repeating: 0, count: 40))  // claims 42 bytes
         try peer.send(Array(frame.prefix(10)))  // header and 6 payload bytes, then nothing
         let elapsed = peer.expectClosed(timeoutMs: 4_000)
@@ -300,7 +300,7 @@ struct RobustnessTests {
         let secret = bytes(secretMarker)
         let malformed: [[UInt8]] = [
             // Wrong version, otherwise a valid add.
-            { var p = WireCodec.encode(.add(["class": .string("genp"), "acct": .string("a"), "v_Data": .data(secret)]))
+            { var p = plainPayload(.add(["class": .string("genp"), "acct": .string("a"), "v_Data": .data(secret)]))
               p[0] = 9
               return p }(),
             // Trailing bytes.
@@ -313,7 +313,7 @@ struct RobustnessTests {
             // The value cut short in the middle of the secret.
             Array(addPayload([("class", .string("genp")), ("v_Data", .data(secret))]).dropLast(4)),
             // A passcode call with the secret as passcode and trailing bytes.
-            WireCodec.encode(.unlock(passcode: secret)) + [0],
+            plainPayload(.unlock(passcode: secret)) + [0],
         ]
         let peer = try RawPeer(d)
         defer { peer.close() }

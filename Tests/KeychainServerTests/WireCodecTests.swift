@@ -14,7 +14,7 @@ struct WireCodecTests {
         .removePasscode(current: [7]),
         .backupBegin(password: [8]), .backupRead(session: 3, offset: 1 << 33),
         .restoreBegin(size: 99), .restoreWrite(session: 1, offset: 0, bytes: [9, 9]),
-        .restoreCommit(session: 2, password: [1], onConflict: "skip"),
+        .restoreCommit(session: 2, password: SecretBytes([1]), onConflict: "skip"),
     ]
 
     @Test(arguments: requests)
@@ -41,7 +41,7 @@ struct WireCodecTests {
                 bytes = (0..<Int.random(in: 0...64, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
                 if !bytes.isEmpty { bytes[0] = 1 }  // mostly the right version, to get further in
             } else {
-                bytes = WireCodec.encode(Self.requests[i % Self.requests.count])
+                bytes = Array(WireCodec.encode(Self.requests[i % Self.requests.count]))
                 for _ in 0..<Int.random(in: 1...4, using: &rng) where !bytes.isEmpty {
                     bytes[Int.random(in: 0..<bytes.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
                 }

@@ -67,7 +67,7 @@ final class TemporaryStore {
         var query = dict
         query["r_Data"] = .bool(true)
         guard case .single(.data(let d)) = try copy(query, scope: scope) else { return nil }
-        return d
+        return Array(d)
     }
 
     func attributes(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> AttributeDictionary? {
@@ -115,4 +115,15 @@ func expectStatus(_ status: KeychainStatus, sourceLocation: SourceLocation = #_s
     } catch {
         Issue.record("unexpected error \(error)", sourceLocation: sourceLocation)
     }
+}
+
+/// Tests write passcodes as plain arrays; the store takes them as SecretBytes.
+extension ItemStore {
+    func unlock(passcode: [UInt8]) throws(KeychainError) { try unlock(passcode: SecretBytes(passcode)) }
+    func setPasscode(_ passcode: [UInt8]) throws(KeychainError) { try setPasscode(SecretBytes(passcode)) }
+    func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) {
+        try changePasscode(old: SecretBytes(old), new: SecretBytes(new))
+    }
+    @discardableResult
+    func removePasscode(current: [UInt8]) throws(KeychainError) -> Int { try removePasscode(current: SecretBytes(current)) }
 }

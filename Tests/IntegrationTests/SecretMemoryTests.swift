@@ -1,0 +1,66 @@
+import Foundation
+import KeychainModel
+import Testing
+
+/// Freed memory never holds a secret in clear: a free() hook (Tests/Hooks/freescan.c, built
+/// here) is loaded into the real daemon and searches every block it frees for a marker that
+/// the secrets, passcodes and passwords of this test contain (docs/security.md, "Memory").
+@Suite("No secret left in freed memory", .serialized)
+struct SecretMemoryTests {
+    static let marker = "FREESCAN-7f3a9c-MARKER"
+
+    /// Builds the hook into `directory`; nil (test skipped) without a C compiler.
+    static func buildHook(into directory: String) throws -> String {
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Hooks/freescan.c").path
+        let library = directory + "/freescan.so"
+        let cc = Process()
+        cc.executableURL = URL(fileURLWithPath: "/usr/bin/cc")
+        cc.arguments = ["-shared", "-fPIC", "-O1", "-o", library, source, "-ldl"]
+        try cc.run()
+        cc.waitUntilExit()
+        guard cc.terminationStatus == 0 else { throw KeychainError(.io, "cc failed to build \(source)") }
+        return library
+    }
+
+    @Test func theDaemonFreesNoBlockHoldingASecretPasscodeOrPassword() throws {
+        var template = Array("/tmp/kcfs.XXXXXX".utf8CString)
+        let scratch = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let report = scratch + "/report"
+        let d = try RunningDaemon(environment: [
+            "LD_PRELOAD": try Self.buildHook(into: scratch),
+            "FREESCAN_MARKER": Self.marker,
+            "FREESCAN_REPORT": report,
+        ])
+        let item = ["--service", "freescan", "--account", "a"]
+        let secret = bytes("first secret " + Self.marker + " end")
+        let passcode = bytes("pass-" + Self.marker + "\n")
+        let password = bytes("backup-" + Self.marker + "\n")
+        let steps: [(String, [String], [UInt8])] = [
+            ("add", ["add"] + item, secret),
+            ("get", ["get"] + item, []),
+            ("get --json", ["get", "--json"] + item, []),
+            ("update", ["update"] + item, bytes("second secret " + Self.marker)),
+            ("list", ["list", "--service", "freescan"], []),
+            ("backup", ["backup", "--out", scratch + "/b"], password),
+            ("restore", ["restore", scratch + "/b", "--on-conflict", "replace"], password),
+            ("get restored", ["get"] + item, []),
+            ("passcode set", ["passcode", "set"], passcode),
+            ("lock", ["lock"], []),
+            ("unlock", ["unlock"], passcode),
+            ("passcode change", ["passcode", "change"], passcode + bytes("new-" + Self.marker + "\n")),
+            ("passcode remove", ["passcode", "remove"], bytes("new-" + Self.marker + "\n")),
+            ("delete", ["delete"] + item, []),
+        ]
+        for (name, arguments, input) in steps {
+            let result = try d.cli(arguments, input: input)
+            #expect(result.status == 0, "\(name): \(result.stderr)")
+        }
+        #expect(d.stop() == 0)
+        let lines = try String(contentsOfFile: report, encoding: .utf8).split(separator: "\n")
+        #expect(lines.contains { $0.hasPrefix("start ") }, "the hook did not load")
+        let hits = lines.filter { $0.hasPrefix("hit ") }
+        #expect(hits.isEmpty, "\(hits.count) freed block(s) held the marker: \(hits.prefix(5))")
+    }
+}
