@@ -21,20 +21,59 @@ public struct Caller: Sendable, Equatable, CustomStringConvertible {
         self.executable = executable
     }
 
-    /// Reads the credentials of a connected socket's peer.
-    public static func of(_ socket: UnixSocket) -> Caller? {
+    /// Reads the credentials of a connected socket's peer, and holds on to its process so
+    /// that each later request can be checked against it (`PeerProcess`).
+    static func of(_ socket: UnixSocket) -> (Caller, PeerProcess?)? {
         guard let peer = PeerCredentials.of(socket) else { return nil }
-        return Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: executablePath(pid: peer.pid))
-    }
-
-    static func executablePath(pid: Int32) -> String? {
-        var buffer = [CChar](repeating: 0, count: 4096)
-        let n = readlink("/proc/\(pid)/exe", &buffer, buffer.count - 1)
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let process = PeerProcess(pid: peer.pid, uid: peer.uid)
+        return (Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: process?.executable()), process)
     }
 
     public var description: String { "uid=\(uid) pid=\(pid)" }
+}
+
+/// The process that connected, held by a descriptor of its /proc directory. Unlike the pid,
+/// the descriptor cannot come to name another process: once that process has exited, reads
+/// through it fail, even if the pid is reused. Each request checks through it that the process
+/// still runs the executable it connected with, so a permitted program cannot connect and then
+/// exec something else that inherits its access groups (docs/security.md, "Who a caller is").
+final class PeerProcess {
+    private let directory: Int32
+
+    /// nil when the process is already gone, or its /proc entry is not the peer's uid's (the
+    /// pid was reused between the connect and now).
+    init?(pid: Int32, uid: UInt32) {
+        let fd = open("/proc/\(pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_uid == uid else {
+            close(fd)
+            return nil
+        }
+        directory = fd
+    }
+
+    deinit { close(directory) }
+
+    /// The executable the process runs now (its path, as /proc/PID/exe gives it, without the
+    /// " (deleted)" that follows a binary replaced on disk, which the process still runs);
+    /// nil once the process has exited.
+    func executable() -> String? {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = buffer.withUnsafeMutableBufferPointer { b in
+            b.withMemoryRebound(to: CChar.self) { readlinkat(directory, "exe", $0.baseAddress!, $0.count - 1) }
+        }
+        guard n > 0 else { return nil }
+        var path = String(decoding: buffer[0..<n], as: UTF8.self)
+        if path.hasSuffix(" (deleted)") { path.removeLast(" (deleted)".count) }
+        return path
+    }
+
+    /// Whether the process is still there and runs `executable`, as it did at connect.
+    func stillRuns(_ executable: String?) -> Bool {
+        guard let now = self.executable() else { return false }
+        return now == executable
+    }
 }
 
 /// An application of the config: the callers that count as it and the access groups it may

@@ -218,7 +218,7 @@ public final class KeychainServer: @unchecked Sendable {
             lock.unlock()
             socket.close()
         }
-        guard let caller = Caller.of(socket) else {
+        guard let (caller, process) = Caller.of(socket) else {
             logger.warning("closing a connection whose peer credentials cannot be read")
             return
         }
@@ -243,6 +243,12 @@ public final class KeychainServer: @unchecked Sendable {
             }
             busyPoll.requestStarted(&pace, at: MonotonicClock.nanoseconds())
             defer { busyPoll.requestFinished(&pace, at: MonotonicClock.nanoseconds()) }
+            guard let process, process.stillRuns(caller.executable) else {
+                logger.warning("closing the connection of \(caller): its process no longer runs \(caller.executable ?? "the executable it connected with")")
+                try? socket.writeAll(WireCodec.frame(Response(error: KeychainError(
+                    .missingEntitlement, "the process that opened this connection no longer runs the executable it connected with; connect again"))))
+                return
+            }
             let response: Response
             do throws(KeychainError) {
                 let request = try WireCodec.decodeRequest(payload)

@@ -43,7 +43,7 @@ struct Keychaind: ParsableCommand {
         }
         let level = Logger.Level(rawValue: daemonConfig.logLevel) ?? .info
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler = EscapingLogHandler(StreamLogHandler.standardError(label: label))
             handler.logLevel = level
             return handler
         }
