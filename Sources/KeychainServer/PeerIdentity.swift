@@ -151,6 +151,9 @@ public struct AccessPolicy: Sendable, Equatable {
 
     public func isAdmin(_ caller: Caller) -> Bool { adminUIDs.contains(caller.uid) }
 
+    /// Whether some application is told apart from the rest of its uids by its executable.
+    public var identifiesByExecutable: Bool { applications.contains { !$0.executables.isEmpty } }
+
     /// A name for the caller in the audit log.
     public func appID(for caller: Caller) -> String {
         application(for: caller)?.id ?? (unknownCallers == .privateGroup ? "uid.\(caller.uid)" : "unknown")

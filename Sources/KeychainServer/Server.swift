@@ -243,7 +243,7 @@ public final class KeychainServer: @unchecked Sendable {
             }
             busyPoll.requestStarted(&pace, at: MonotonicClock.nanoseconds())
             defer { busyPoll.requestFinished(&pace, at: MonotonicClock.nanoseconds()) }
-            guard let process, process.stillRuns(caller.executable) else {
+            if executor.identifiesByExecutable, !(process?.stillRuns(caller.executable) ?? false) {
                 logger.warning("closing the connection of \(caller): its process no longer runs \(caller.executable ?? "the executable it connected with")")
                 try? socket.writeAll(WireCodec.frame(Response(error: KeychainError(
                     .missingEntitlement, "the process that opened this connection no longer runs the executable it connected with; connect again"))))

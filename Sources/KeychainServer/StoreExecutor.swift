@@ -2,6 +2,7 @@ import Foundation
 import KeychainModel
 import KeychainProtocol
 import KeychainStore
+import Synchronization
 
 /// The one owner of the store. A request runs on its connection's own thread while holding
 /// `storeLock`, so a call costs no thread hand-off (each wake-up costs tens of microseconds on
@@ -50,11 +51,18 @@ final class StoreExecutor: @unchecked Sendable {
 
     private let settingsLock = NSLock()
     private var settings: Settings
+    private let executablesMatter: Atomic<Bool>
+
+    /// Whether any application is told apart by its executable. Only then does each request
+    /// re-check its process's executable: otherwise the executable grants nothing, and the
+    /// check would cost every call a system call for no promise.
+    var identifiesByExecutable: Bool { executablesMatter.load(ordering: .relaxed) }
 
     init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
          log: @escaping (String) -> Void) throws(KeychainError) {
         handler = try RequestHandler(store: store, lockPolicy: lockPolicy, log: log)
         settings = Settings(policy: policy, audit: audit, reader: handler)
+        executablesMatter = Atomic(policy.identifiesByExecutable)
         let thread = Thread { [self] in self.runTimer() }
         thread.name = "keychaind-lock-timer"
         thread.start()
@@ -112,6 +120,7 @@ final class StoreExecutor: @unchecked Sendable {
         settingsLock.lock()
         settings.policy = policy
         settings.audit = audit
+        executablesMatter.store(policy.identifiesByExecutable, ordering: .relaxed)
         settingsLock.unlock()
     }
 
