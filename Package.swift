@@ -64,6 +64,8 @@ let package = Package(
             name: "keychain", dependencies: ["KeychainCLI"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
+        // The same CLI linked dynamically, so that tests can load a free() hook into it.
+        .executableTarget(name: "keychain-dynamic", dependencies: ["KeychainCLI"]),
         .executableTarget(name: "keychain-bench", dependencies: ["KeychainClient"]),
         .target(name: "GitCredential", dependencies: ["KeychainClient"]),
         // Static like the CLI: git starts it for every fetch and push.

@@ -448,7 +448,7 @@ enum ListCommand {
         query["m_Limit"] = .string("m_LimitAll")
         let rows = try matching(query, c.connection())
         if c.json {
-            Output.line("[" + rows.map(JSON.attributes).joined(separator: ",") + "]")
+            Output.line(JSON.array(rows))
             return
         }
         let header = ["SERVICE", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]

@@ -133,6 +133,12 @@ enum Output {
 
     static func line(_ s: String) { stdout(Array((s + "\n").utf8)) }
 
+    /// A line held in wiped memory (JSON that may carry a secret).
+    static func line(_ bytes: SecretBytes) {
+        stdout(bytes)
+        stdout(Array("\n".utf8))
+    }
+
     static func error(_ s: String) { errorRaw(s + "\n") }
 
     static func errorRaw(_ s: String) {

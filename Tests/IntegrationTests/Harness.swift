@@ -148,16 +148,18 @@ struct CLIResult {
 extension RunningDaemon {
     /// Runs `keychain` against this daemon with `input` on standard input (a pipe, so never a
     /// terminal). `asUser` runs it under another uid through setpriv.
-    func cli(_ arguments: [String], input: [UInt8] = [], asUser uid: UInt32? = nil) throws -> CLIResult {
+    /// `executable` and `environment` let a test run a twin of the CLI with a hook loaded.
+    func cli(_ arguments: [String], input: [UInt8] = [], asUser uid: UInt32? = nil,
+             executable: String = Binaries.keychain, environment: [String: String] = [:]) throws -> CLIResult {
         let p = Process()
         if let uid {
             p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            p.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", Binaries.keychain] + arguments
+            p.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", executable] + arguments
         } else {
-            p.executableURL = URL(fileURLWithPath: Binaries.keychain)
+            p.executableURL = URL(fileURLWithPath: executable)
             p.arguments = arguments
         }
-        var env = ProcessInfo.processInfo.environment
+        var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         env["KEYCHAIN_SOCKET"] = socketPath
         p.environment = env
         let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()

@@ -63,4 +63,50 @@ struct SecretMemoryTests {
         let hits = lines.filter { $0.hasPrefix("hit ") }
         #expect(hits.isEmpty, "\(hits.count) freed block(s) held the marker: \(hits.prefix(5))")
     }
+
+    /// The same for the CLI (its dynamically linked twin, since no hook loads into the static
+    /// one): the secret it reads and sends, the passcodes and passwords it reads, and the
+    /// base64 of the secret it prints with --json.
+    @Test func theCLIFreesNoBlockHoldingTheSecretsItReadsSendsOrPrints() throws {
+        var template = Array("/tmp/kcfc.XXXXXX".utf8CString)
+        let scratch = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let hook = try Self.buildHook(into: scratch)
+        let d = try RunningDaemon()
+        let twin = Binaries.directory + "/keychain-dynamic"
+        // 24 bytes: its base64 is one run of 32 characters, whatever surrounds it.
+        let secret = "SECRET-7f3a9c-FREESCAN24"
+        let base64Marker = "U0VDUkVULTdmM2E5Yy1GUkVFU0NBTjI0"
+        func hooked(_ marker: String, _ name: String) -> [String: String] {
+            ["LD_PRELOAD": hook, "FREESCAN_MARKER": marker, "FREESCAN_REPORT": scratch + "/" + name]
+        }
+        let item = ["--service", "freescan-cli", "--account", "a"]
+        let passcode = bytes("pass-" + secret + "\n")
+        let steps: [(String, [String], [UInt8])] = [
+            ("add", ["add"] + item, bytes(secret)),
+            ("get", ["get"] + item, []),
+            ("update", ["update"] + item, bytes(secret + "-2")),
+            ("passcode-set", ["passcode", "set"], passcode),
+            ("unlock", ["unlock"], passcode),
+            ("backup", ["backup", "--out", scratch + "/b"], bytes("pw-" + secret + "\n")),
+            ("restore", ["restore", scratch + "/b", "--on-conflict", "replace"], bytes("pw-" + secret + "\n")),
+            ("passcode-remove", ["passcode", "remove"], passcode),
+        ]
+        var reports: [String] = []
+        for (name, arguments, input) in steps {
+            let result = try d.cli(arguments, input: input, executable: twin, environment: hooked(secret, name))
+            #expect(result.status == 0, "\(name): \(result.stderr)")
+            reports.append(name)
+        }
+        #expect(try d.cli(["update"] + item, input: bytes(secret)).status == 0)  // back to the 24-byte secret
+        let json = try d.cli(["get", "--json"] + item, executable: twin, environment: hooked(base64Marker, "json"))
+        #expect(json.text.contains(base64Marker))
+        reports.append("json")
+        for name in reports {
+            let lines = try String(contentsOfFile: scratch + "/" + name, encoding: .utf8).split(separator: "\n")
+            #expect(lines.contains { $0.hasPrefix("start ") }, "\(name): the hook did not load")
+            let hits = lines.filter { $0.hasPrefix("hit ") }
+            #expect(hits.isEmpty, "\(name): \(hits.count) freed block(s) held the secret")
+        }
+    }
 }
