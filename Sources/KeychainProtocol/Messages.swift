@@ -121,9 +121,14 @@ public enum WireCodec {
     /// `request` as a whole frame (length header and payload) written once, in wiped memory:
     /// what a client sends.
     public static func frame(_ request: Request) -> SecretBytes {
-        var w = ByteWriter(capacity: 132)
+        framed(capacity: 132) { encode(request, into: &$0) }
+    }
+
+    /// A frame whose payload `body` writes, its length filled in afterwards: one buffer, no copy.
+    private static func framed(capacity: Int, _ body: (inout ByteWriter) -> Void) -> SecretBytes {
+        var w = ByteWriter(capacity: capacity)
         w.u32(0)
-        encode(request, into: &w)
+        body(&w)
         w.patchU32(UInt32(w.count - 4), at: 0)
         return w.finish()
     }
@@ -223,11 +228,7 @@ public enum WireCodec {
 
     /// `response` as a whole frame written once, in wiped memory: what the daemon sends.
     public static func frame(_ response: Response) -> SecretBytes {
-        var w = ByteWriter(capacity: 68)
-        w.u32(0)
-        encode(response, into: &w)
-        w.patchU32(UInt32(w.count - 4), at: 0)
-        return w.finish()
+        framed(capacity: 68) { encode(response, into: &$0) }
     }
 
     private static func encode(_ response: Response, into w: inout ByteWriter) {

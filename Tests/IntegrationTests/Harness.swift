@@ -151,29 +151,36 @@ extension RunningDaemon {
     /// `executable` and `environment` let a test run a twin of the CLI with a hook loaded.
     func cli(_ arguments: [String], input: [UInt8] = [], asUser uid: UInt32? = nil,
              executable: String = Binaries.keychain, environment: [String: String] = [:]) throws -> CLIResult {
-        let p = Process()
-        if let uid {
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            p.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", executable] + arguments
-        } else {
-            p.executableURL = URL(fileURLWithPath: executable)
-            p.arguments = arguments
-        }
         var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         env["KEYCHAIN_SOCKET"] = socketPath
-        p.environment = env
-        let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
-        p.standardInput = stdin
-        p.standardOutput = stdout
-        p.standardError = stderr
-        try p.run()
-        stdin.fileHandleForWriting.write(Data(input))
-        try stdin.fileHandleForWriting.close()
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        let err = stderr.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return CLIResult(status: p.terminationStatus, stdout: Array(out), stderr: String(decoding: err, as: UTF8.self))
+        return try runExecutable(executable, arguments, environment: env, input: input, asUser: uid)
     }
+}
+
+/// Runs `executable` with exactly `environment` and `input` on standard input (a pipe, so never
+/// a terminal); `asUser` runs it under another uid through setpriv.
+func runExecutable(_ executable: String, _ arguments: [String], environment: [String: String],
+                   input: [UInt8], asUser uid: UInt32? = nil) throws -> CLIResult {
+    let p = Process()
+    if let uid {
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        p.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", executable] + arguments
+    } else {
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = arguments
+    }
+    p.environment = environment
+    let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
+    p.standardInput = stdin
+    p.standardOutput = stdout
+    p.standardError = stderr
+    try p.run()
+    stdin.fileHandleForWriting.write(Data(input))
+    try stdin.fileHandleForWriting.close()
+    let out = stdout.fileHandleForReading.readDataToEndOfFile()
+    let err = stderr.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return CLIResult(status: p.terminationStatus, stdout: Array(out), stderr: String(decoding: err, as: UTF8.self))
 }
 
 func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }

@@ -68,24 +68,11 @@ struct ServerTrustTests {
         }
     }
 
-    /// Runs a built executable as `uid` with exactly `environment` (plus PATH).
+    /// Runs a built executable as `uid` with exactly `environment` (plus PATH and HOME).
     func run(_ executable: String, _ arguments: [String], environment: [String: String], input: [UInt8],
              asUser uid: UInt32) throws -> CLIResult {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        p.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", executable] + arguments
-        p.environment = environment.merging(["PATH": "/usr/bin:/bin", "HOME": "/"]) { a, _ in a }
-        let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
-        p.standardInput = stdin
-        p.standardOutput = stdout
-        p.standardError = stderr
-        try p.run()
-        stdin.fileHandleForWriting.write(Data(input))
-        try stdin.fileHandleForWriting.close()
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        let err = stderr.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return CLIResult(status: p.terminationStatus, stdout: Array(out), stderr: String(decoding: err, as: UTF8.self))
+        try runExecutable(executable, arguments, environment: environment.merging(["PATH": "/usr/bin:/bin", "HOME": "/"]) { a, _ in a },
+                          input: input, asUser: uid)
     }
 
     let secret = bytes("the-secret-nobody-else-may-see")

@@ -57,8 +57,17 @@ struct LockModel {
         }
     }
 
-    func throttled(at now: Double) -> Bool {
-        lastFailure + PasscodeThrottle.delay(afterFailures: failures) > now
+    /// A passcode check under the wrong-passcode delays: refused while a delay is in force; a
+    /// wrong passcode counts; a right one resets the count. Whether it passed.
+    mutating func checkPasscode(right: Bool, at now: Double) -> Bool {
+        guard lastFailure + PasscodeThrottle.delay(afterFailures: failures) <= now else { return false }
+        if right {
+            failures = 0
+            return true
+        }
+        failures += 1
+        lastFailure = now
+        return false
     }
 
     /// Time passing: the idle auto-lock fires at its deadline.
@@ -151,68 +160,39 @@ struct LockInvariantTests {
             let next = Self.passcodes.randomElement(using: &rng)!
             let now = h.time.now
             trail.append("\(step)")
-            let throttled = model.throttled(at: now)
-            var expectSuccess: Bool? = nil
             switch step {
             case .lock:
                 let status = h.call(.lock)
-                if model.passcode == nil {
-                    expectSuccess = false
-                } else {
-                    expectSuccess = true
-                    if model.state == .unlocked { model.state = .locked; model.lockedAt = now }
+                let ok = model.passcode != nil
+                if ok && model.state == .unlocked {
+                    model.state = .locked
+                    model.lockedAt = now
                 }
-                #expect((status == 0) == expectSuccess, "\(trail)")
+                #expect((status == 0) == ok, "\(trail)")
             case .unlockRight, .unlockWrong:
                 let status = h.call(.unlock(passcode: step == .unlockRight ? right : wrong))
-                if model.passcode == nil {
-                    expectSuccess = true
-                } else if throttled {
-                    expectSuccess = false
-                } else if step == .unlockRight {
-                    expectSuccess = true
-                    model.state = .unlocked
-                    model.failures = 0
-                } else {
-                    expectSuccess = false
-                    model.failures += 1
-                    model.lastFailure = now
-                }
-                #expect((status == 0) == expectSuccess, "\(trail)")
+                // Without a passcode there is nothing to check: unlock succeeds and does nothing.
+                let ok = model.passcode == nil || model.checkPasscode(right: step == .unlockRight, at: now)
+                if ok && model.passcode != nil { model.state = .unlocked }
+                #expect((status == 0) == ok, "\(trail)")
             case .set:
                 let status = h.call(.setPasscode(new: next))
-                expectSuccess = model.passcode == nil
-                if model.passcode == nil { model.passcode = next }
-                #expect((status == 0) == expectSuccess, "\(trail)")
+                let ok = model.passcode == nil
+                if ok { model.passcode = next }
+                #expect((status == 0) == ok, "\(trail)")
             case .changeRight, .changeWrong:
                 let status = h.call(.changePasscode(old: step == .changeRight ? right : wrong, new: next))
-                if model.passcode == nil || throttled {
-                    expectSuccess = false
-                } else if step == .changeRight {
-                    expectSuccess = true
-                    model.passcode = next
-                    model.failures = 0
-                } else {
-                    expectSuccess = false
-                    model.failures += 1
-                    model.lastFailure = now
-                }
-                #expect((status == 0) == expectSuccess, "\(trail)")
+                let ok = model.passcode != nil && model.checkPasscode(right: step == .changeRight, at: now)
+                if ok { model.passcode = next }  // and nothing about the lock state changes
+                #expect((status == 0) == ok, "\(trail)")
             case .removeRight, .removeWrong:
                 let status = h.call(.removePasscode(current: step == .removeRight ? right : wrong))
-                if model.passcode == nil || throttled {
-                    expectSuccess = false
-                } else if step == .removeRight {
-                    expectSuccess = true
+                let ok = model.passcode != nil && model.checkPasscode(right: step == .removeRight, at: now)
+                if ok {
                     model.passcode = nil
                     model.state = .unlocked
-                    model.failures = 0
-                } else {
-                    expectSuccess = false
-                    model.failures += 1
-                    model.lastFailure = now
                 }
-                #expect((status == 0) == expectSuccess, "\(trail)")
+                #expect((status == 0) == ok, "\(trail)")
             case .restart:
                 try h.open()
                 model.state = model.passcode == nil ? .unlocked : .lockedSinceBoot
