@@ -43,35 +43,6 @@ public struct AccessScope: Sendable, Equatable {
     }
 }
 
-/// The state directory: created 0700 if missing; tightened to 0700 if looser, since it holds
-/// the device key and the database.
-enum StateDirectory {
-    static func prepare(_ path: String) throws(KeychainError) {
-        var current = path.hasPrefix("/") ? "" : "."
-        for part in path.split(separator: "/") {
-            current += "/" + part
-            if mkdir(current, 0o700) != 0 && errno != EEXIST {
-                throw KeychainError(.io, "cannot create \(current): \(String(cString: strerror(errno)))")
-            }
-        }
-        var st = stat()
-        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR else {
-            throw KeychainError(.io, "\(path) is not a directory")
-        }
-        if st.st_mode & 0o077 != 0 { chmod(path, 0o700) }
-    }
-
-    /// Creates `path` empty with mode 0600 if it does not exist, so that SQLite (which gives
-    /// its -wal and -shm files the database file's mode) never makes a world-readable file.
-    static func createPrivateFile(_ path: String) throws(KeychainError) {
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw KeychainError(.io, "cannot create \(path): \(String(cString: strerror(errno)))") }
-        var st = stat()
-        if fstat(fd, &st) == 0, st.st_mode & 0o077 != 0 { fchmod(fd, 0o600) }
-        close(fd)
-    }
-}
-
 extension ItemStore {
     /// CFAbsoluteTime now: seconds since 2001-01-01 UTC.
     public static func absoluteTimeNow() -> Double {

@@ -1,0 +1,62 @@
+import Foundation
+import KeychainClient
+import KeychainModel
+import Testing
+
+/// The real daemon refuses state files it cannot trust, and says why, rather than serve them.
+@Suite("keychaind and its state files", .serialized)
+struct StateFilesTests {
+    /// A real other user (useradd; the tests run as root, as CI does). Retried: useradd fails
+    /// while a parallel test holds the passwd lock.
+    static func otherUser() throws -> (uid: UInt32, name: String) {
+        let name = "kcstate-other"
+        for _ in 0..<50 {
+            if let pw = getpwnam(name) { return (pw.pointee.pw_uid, name) }
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/sbin/useradd")
+            p.arguments = ["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name]
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            p.waitUntilExit()
+            usleep(100_000)
+        }
+        throw KeychainError(.io, "useradd \(name) failed")
+    }
+
+    /// Runs keychaind on `d`'s files and waits for it to exit, as it must when it refuses to
+    /// start (one still running after 10 s is killed: status -1); returns its exit status and
+    /// what it logged.
+    func refusedStart(_ d: RunningDaemon) throws -> (status: Int32, message: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Binaries.keychaind)
+        p.arguments = ["--state-dir", d.stateDirectory, "--socket", d.socketPath, "--config", d.configPath]
+        p.environment = ProcessInfo.processInfo.environment.merging(["KEYCHAIND_INSECURE_FAST_KDF": "1"]) { $1 }
+        let logPath = d.root + "/refused.log"
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        p.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        let deadline = Date().addingTimeInterval(10)
+        while p.isRunning && Date() < deadline { usleep(20_000) }
+        var status: Int32 = -1
+        if p.isRunning {
+            p.terminate()
+            p.waitUntilExit()
+        } else {
+            status = p.terminationStatus
+        }
+        return (status, (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")
+    }
+
+    @Test(.enabled(if: getuid() == 0))
+    func aStateDirectoryMadeByAnotherUserStopsTheDaemon() throws {
+        let other = try Self.otherUser()
+        let d = try RunningDaemon(start: false)
+        #expect(mkdir(d.stateDirectory, 0o700) == 0)
+        #expect(chown(d.stateDirectory, other.uid, other.uid) == 0)
+        let (status, message) = try refusedStart(d)
+        #expect(status > 0, "keychaind did not refuse: \(status)")
+        #expect(message.contains(d.stateDirectory) && message.contains(other.name), "\(message)")
+        #expect(!FileManager.default.fileExists(atPath: d.stateDirectory + "/device.key"))
+    }
+}
