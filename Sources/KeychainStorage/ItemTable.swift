@@ -305,6 +305,21 @@ public struct ItemTable {
         try db.run("INSERT INTO keybag(id, record) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET record = excluded.record", [.blob(bytes)])
     }
 
+    // MARK: generation
+
+    /// How many write transactions the database has committed since schema version 3 (0 if
+    /// the row was deleted). Compared at start with the record kept outside the database, it
+    /// shows committed transactions that went missing.
+    public func generation() throws(KeychainError) -> Int64 {
+        try db.query("SELECT value FROM generation WHERE id = 1") { (s) throws(KeychainError) in try s.step() ? s.int(0) : 0 }
+    }
+
+    /// From now on every transaction adds one to the generation, inside itself: one small
+    /// UPDATE per commit, whatever the number of calls or items a group commit holds.
+    public func countTransactions() {
+        db.beforeEveryCommit = "UPDATE generation SET value = value + 1 WHERE id = 1"
+    }
+
     // MARK: wrong-passcode counter
 
     public func lockout() throws(KeychainError) -> (failures: Int, lastFailure: Double) {

@@ -17,6 +17,9 @@ public final class SQLiteDatabase {
     private var cache: [String: Statement] = [:]
     private var shapeCache: [UInt64: Statement] = [:]
     public let path: String
+    /// SQL run inside every outermost transaction just before it commits (the generation
+    /// counter: ItemTable.countTransactions); nil until the schema is in place.
+    public var beforeEveryCommit: String?
 
     /// Opens (creating if needed) the database at `path`; durable settings: WAL with
     /// synchronous=FULL, so an acknowledged commit survives power loss.
@@ -128,6 +131,7 @@ public final class SQLiteDatabase {
         try execute(nested ? "SAVEPOINT call" : "BEGIN IMMEDIATE")
         do {
             let result = try body()
+            if !nested, let sql = beforeEveryCommit { try run(sql) }
             try execute(nested ? "RELEASE call" : "COMMIT")
             return result
         } catch {

@@ -46,6 +46,13 @@ public enum Schema {
             last_failure REAL NOT NULL
         );
         """),
+        ("v3: generation", """
+        CREATE TABLE generation(
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            value INTEGER NOT NULL
+        );
+        INSERT INTO generation(id, value) VALUES (1, 0);
+        """),
     ]
 
     public static var currentVersion: Int { migrations.count }

@@ -25,23 +25,31 @@ public final class ItemStore {
         self.configuration = configuration
         self.now = clock
         try StateDirectory.prepare(configuration.stateDirectory)
-        deviceKey = try DeviceKeyFile.loadOrCreate(path: configuration.deviceKeyPath)
+        let deviceKey = try DeviceKeyFile.loadOrCreate(path: configuration.deviceKeyPath)
         try StateDirectory.createPrivateFile(configuration.databasePath)
-        database = try SQLiteDatabase(path: configuration.databasePath)
+        let database = try SQLiteDatabase(path: configuration.databasePath)
         do {
             try Schema.migrate(database)
         } catch where error.message.contains("database is locked") {
             throw KeychainError(.notAvailable, "\(configuration.databasePath) is in use by another keychaind; stop it, or give this one another --state-dir")
         }
-        table = ItemTable(database)
+        let table = ItemTable(database)
+        table.countTransactions()
+        keybag = try Self.loadKeybag(table, deviceKey: deviceKey)
+        self.deviceKey = deviceKey
+        self.database = database
+        self.table = table
         codec = ItemCodec(hasher: LookupHasher(deviceKey: deviceKey))
+    }
+
+    /// The keybag of the database, or a new one saved in its own transaction.
+    private static func loadKeybag(_ table: ItemTable, deviceKey: SecureKey) throws(KeychainError) -> Keybag {
         if let bytes = try table.keybagRecord() {
-            keybag = try Keybag(deviceKey: deviceKey, record: KeybagRecord(decoding: bytes))
-        } else {
-            let created = try Keybag.create(deviceKey: deviceKey)
-            try table.saveKeybagRecord(created.record.encoded())
-            keybag = created
+            return try Keybag(deviceKey: deviceKey, record: KeybagRecord(decoding: bytes))
         }
+        let created = try Keybag.create(deviceKey: deviceKey)
+        try table.db.transaction { () throws(KeychainError) in try table.saveKeybagRecord(created.record.encoded()) }
+        return created
     }
 
     // MARK: lock state and passcode

@@ -50,6 +50,7 @@ struct PersistenceTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([42])]))
         try t.editFile { db in
+            try db.execute("DROP TABLE generation")
             try db.execute("DROP TABLE lockout")
             try db.execute("PRAGMA user_version = 1")
         }
