@@ -78,7 +78,8 @@ let package = Package(
         // Spawns the real keychaind and keychain binaries, which `swift build --build-tests`
         // (and so `swift test`) builds with every other product. Not dependencies: the CLI's
         // static-link flags must not reach the test bundle.
-        .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol"]),
+        // KeychainStorage: to damage a stopped daemon's database the way a test needs.
+        .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage"]),
         .testTarget(name: "KeychainServerTests", dependencies: [
             "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",
             .product(name: "Logging", package: "swift-log"),

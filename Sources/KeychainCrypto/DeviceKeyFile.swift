@@ -19,6 +19,15 @@ public enum DeviceKeyFile {
         return key
     }
 
+    /// Loads the key of an existing keychain: a missing file is an error, never a new key
+    /// (one that could not open the keychain's keybag).
+    public static func loadExisting(path: String) throws(KeychainError) -> SecureKey {
+        guard let key = try load(path: path) else {
+            throw KeychainError(.decode, "\(path) is missing: the keychain's items cannot be decrypted without it; restore it from a backup")
+        }
+        return key
+    }
+
     static func load(path: String) throws(KeychainError) -> SecureKey? {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         if fd < 0 {

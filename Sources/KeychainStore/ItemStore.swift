@@ -19,14 +19,19 @@ public final class ItemStore {
     var now: () -> Double
 
     /// Opens the store in `configuration.stateDirectory`, creating the directory, the device
-    /// key, the database and a fresh keybag on first use. With no passcode set every class key
+    /// key, the database and a fresh keybag on first use (only then: a keychain missing one of
+    /// them is refused, see StateInventory). With no passcode set every class key
     /// is loaded; with one set, only the Always classes are until `unlock(passcode:)`.
     public init(configuration: StoreConfiguration, clock: @escaping () -> Double = ItemStore.absoluteTimeNow) throws(KeychainError) {
         self.configuration = configuration
         self.now = clock
         try StateDirectory.prepare(configuration.stateDirectory)
-        let deviceKey = try DeviceKeyFile.loadOrCreate(path: configuration.deviceKeyPath)
+        let firstStart = try StateInventory(configuration).isFirstStart()
+        // The database file before the key: an interrupted first start then never leaves a
+        // key without a database, which could as well be a keychain whose database was lost.
         try StateDirectory.createPrivateFile(configuration.databasePath)
+        let deviceKey = firstStart ? try DeviceKeyFile.loadOrCreate(path: configuration.deviceKeyPath)
+                                   : try DeviceKeyFile.loadExisting(path: configuration.deviceKeyPath)
         let database = try SQLiteDatabase(path: configuration.databasePath)
         do {
             try Schema.migrate(database)
@@ -35,17 +40,26 @@ public final class ItemStore {
         }
         let table = ItemTable(database)
         table.countTransactions()
-        keybag = try Self.loadKeybag(table, deviceKey: deviceKey)
+        keybag = try Self.loadKeybag(table, deviceKey: deviceKey, path: configuration.databasePath)
         self.deviceKey = deviceKey
         self.database = database
         self.table = table
         codec = ItemCodec(hasher: LookupHasher(deviceKey: deviceKey))
     }
 
-    /// The keybag of the database, or a new one saved in its own transaction.
-    private static func loadKeybag(_ table: ItemTable, deviceKey: SecureKey) throws(KeychainError) -> Keybag {
+    /// The keybag of the database. A new one (saved in its own transaction) only for a
+    /// database that never held anything: no item, no transaction ever committed (a first
+    /// start interrupted before its keybag was saved, or one from before schema v3 that held
+    /// nothing). Any other database without its keybag is refused: new class keys would leave
+    /// every item unreadable, and let adds silently replace them.
+    private static func loadKeybag(_ table: ItemTable, deviceKey: SecureKey, path: String) throws(KeychainError) -> Keybag {
         if let bytes = try table.keybagRecord() {
             return try Keybag(deviceKey: deviceKey, record: KeybagRecord(decoding: bytes))
+        }
+        let items = try table.count(), generation = try table.generation()
+        guard items == 0, generation == 0 else {
+            let held = items > 0 ? "\(items) item\(items == 1 ? "" : "s")" : "no item but \(generation) committed transactions"
+            throw KeychainError(.decode, "\(path) has lost its keybag (it holds \(held)): the class keys that open its items are gone, and keychaind will not make new ones over them. Restore \(path) from a backup of the state directory.")
         }
         let created = try Keybag.create(deviceKey: deviceKey)
         try table.db.transaction { () throws(KeychainError) in try table.saveKeybagRecord(created.record.encoded()) }

@@ -1,6 +1,7 @@
 import Foundation
 import KeychainClient
 import KeychainModel
+import KeychainStorage
 import Testing
 
 /// The real daemon refuses state files it cannot trust, and says why, rather than serve them.
@@ -53,10 +54,23 @@ struct StateFilesTests {
         let other = try Self.otherUser()
         let d = try RunningDaemon(start: false)
         #expect(mkdir(d.stateDirectory, 0o700) == 0)
-        #expect(chown(d.stateDirectory, other.uid, other.uid) == 0)
+        #expect(chown(d.stateDirectory, other.uid, UInt32.max) == 0)
         let (status, message) = try refusedStart(d)
         #expect(status > 0, "keychaind did not refuse: \(status)")
         #expect(message.contains(d.stateDirectory) && message.contains(other.name), "\(message)")
         #expect(!FileManager.default.fileExists(atPath: d.stateDirectory + "/device.key"))
+    }
+
+    @Test func aDatabaseWhoseKeybagWentMissingStopsTheDaemon() throws {
+        let d = try RunningDaemon()
+        #expect(try d.cli(["add", "--service", "s", "--account", "a"], input: bytes("old secret")).status == Exit.success)
+        #expect(d.stop() == 0)
+        do {
+            let db = try SQLiteDatabase(path: d.stateDirectory + "/keychain.db")
+            try db.execute("DELETE FROM keybag")
+        }
+        let (status, message) = try refusedStart(d)
+        #expect(status > 0, "keychaind did not refuse: \(status)")
+        #expect(message.contains("keybag") && message.contains(d.stateDirectory + "/keychain.db"), "\(message)")
     }
 }

@@ -30,15 +30,6 @@ struct PersistenceTests {
         }
     }
 
-    @Test func aNewDeviceKeyCannotOpenTheItems() throws {
-        let t = try TemporaryStore()
-        try t.add(genp("s", "a", ["v_Data": .data([1])]))
-        t.store = nil
-        unlink(t.directory + "/device.key")
-        // The keybag was wrapped under the old device key: nothing opens.
-        expectStatus(.decode) { try t.reopen() }
-    }
-
     @Test func aDatabaseFromANewerVersionIsRefused() throws {
         let t = try TemporaryStore()
         expectStatus(.notAvailable) {

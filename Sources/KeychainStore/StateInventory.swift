@@ -1,0 +1,51 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainModel
+
+/// Which of the keychain's files a state directory holds, and whether the store may start
+/// from them. New key material is made only where there is no keychain at all: a keychain
+/// missing a part is refused, never completed with a new part that would leave the rest
+/// unreadable (a new device key cannot open the old keybag; a new database hides the old).
+///
+/// A first start writes keychain.db (empty) first, then device.key, then the schema and the
+/// keybag, so that a first start interrupted at any point leaves
+/// a directory this accepts: an empty database alone is no keychain yet, and a database
+/// whose keybag was never saved has nothing to lose (ItemStore checks that).
+struct StateInventory {
+    let configuration: StoreConfiguration
+    let hasDeviceKey: Bool
+    let hasDatabaseFile: Bool
+    /// keychain.db or its write-ahead log holds any byte.
+    let databaseHoldsData: Bool
+
+    init(_ configuration: StoreConfiguration) {
+        self.configuration = configuration
+        hasDeviceKey = Self.size(configuration.deviceKeyPath) != nil
+        let database = Self.size(configuration.databasePath)
+        hasDatabaseFile = database != nil
+        databaseHoldsData = (database ?? 0) > 0 || (Self.size(configuration.databasePath + "-wal") ?? 0) > 0
+    }
+
+    /// True for a first start (no keychain here yet: make one); false for a keychain to open;
+    /// errSecDecode or errSecNotAvailable, naming the files, for a keychain missing a part.
+    func isFirstStart() throws(KeychainError) -> Bool {
+        let key = configuration.deviceKeyPath, db = configuration.databasePath
+        if hasDeviceKey {
+            guard hasDatabaseFile else {
+                throw KeychainError(.notAvailable, "\(key) exists but \(db) does not. If this keychain ever held anything, restore \(db) from a backup; keychaind will not make an empty database beside an old device key. If it is what a first start interrupted by an older keychaind left (nothing was ever stored), remove \(key) and start again.")
+            }
+            return false
+        }
+        if databaseHoldsData {
+            throw KeychainError(.decode, "\(db) exists but \(key) does not: without the device key nothing in the database can be decrypted, and keychaind will not make a new one over it. Restore \(key) from a backup of the state directory. To give up this keychain and start an empty one, move \(db) (with \(db)-wal, if any) aside.")
+        }
+        return true
+    }
+
+    /// The size of the file at `path` (not following a link), or nil if there is none.
+    private static func size(_ path: String) -> Int? {
+        var st = stat()
+        return lstat(path, &st) == 0 ? Int(st.st_size) : nil
+    }
+}
