@@ -17,6 +17,9 @@ public final class ItemStore {
     var keybag: Keybag
     /// CFAbsoluteTime now; injectable so that date rules are tested without sleeping.
     var now: () -> Double
+    /// Where the clean-stop record goes when the store closes; set only once a start has
+    /// passed every check, so that a refused start never vouches for the database.
+    private var generationRecord: GenerationRecordFile?
 
     /// Opens the store in `configuration.stateDirectory`, creating the directory, the device
     /// key, the database and a fresh keybag on first use (only then: a keychain missing one of
@@ -40,11 +43,29 @@ public final class ItemStore {
         }
         let table = ItemTable(database)
         table.countTransactions()
+        // Lost transactions first: a database replaced by an empty one is a loss, not a
+        // database that never held anything.
+        let record = GenerationRecordFile(path: configuration.generationRecordPath, deviceKey: deviceKey)
+        try record.read()?.check(databaseGeneration: try table.generation(), databasePath: configuration.databasePath,
+                                 recordPath: record.path)
         keybag = try Self.loadKeybag(table, deviceKey: deviceKey, path: configuration.databasePath)
+        try record.write(GenerationRecord(state: .running, generation: try table.generation()))
         self.deviceKey = deviceKey
         self.database = database
         self.table = table
         codec = ItemCodec(hasher: LookupHasher(deviceKey: deviceKey))
+        generationRecord = record
+    }
+
+    /// A clean stop: everything is copied into the database file (so that losing the
+    /// write-ahead log from now on loses nothing), then the record says how far it got. Errors
+    /// are ignored: the record then still says running, which the next start accepts as long
+    /// as the database is not behind the last start.
+    deinit {
+        guard let generationRecord else { return }
+        try? database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        guard let generation = try? table.generation() else { return }
+        try? generationRecord.write(GenerationRecord(state: .clean, generation: generation))
     }
 
     /// The keybag of the database. A new one (saved in its own transaction) only for a

@@ -9,7 +9,7 @@ import KeychainModel
 /// unreadable (a new device key cannot open the old keybag; a new database hides the old).
 ///
 /// A first start writes keychain.db (empty) first, then device.key, then the schema and the
-/// keybag, so that a first start interrupted at any point leaves
+/// keybag, then the generation record, so that a first start interrupted at any point leaves
 /// a directory this accepts: an empty database alone is no keychain yet, and a database
 /// whose keybag was never saved has nothing to lose (ItemStore checks that).
 struct StateInventory {
@@ -18,6 +18,7 @@ struct StateInventory {
     let hasDatabaseFile: Bool
     /// keychain.db or its write-ahead log holds any byte.
     let databaseHoldsData: Bool
+    let hasRecord: Bool
 
     init(_ configuration: StoreConfiguration) {
         self.configuration = configuration
@@ -25,20 +26,30 @@ struct StateInventory {
         let database = Self.size(configuration.databasePath)
         hasDatabaseFile = database != nil
         databaseHoldsData = (database ?? 0) > 0 || (Self.size(configuration.databasePath + "-wal") ?? 0) > 0
+        hasRecord = Self.size(configuration.generationRecordPath) != nil
     }
 
     /// True for a first start (no keychain here yet: make one); false for a keychain to open;
     /// errSecDecode or errSecNotAvailable, naming the files, for a keychain missing a part.
     func isFirstStart() throws(KeychainError) -> Bool {
         let key = configuration.deviceKeyPath, db = configuration.databasePath
+        let record = configuration.generationRecordPath
         if hasDeviceKey {
             guard hasDatabaseFile else {
-                throw KeychainError(.notAvailable, "\(key) exists but \(db) does not. If this keychain ever held anything, restore \(db) from a backup; keychaind will not make an empty database beside an old device key. If it is what a first start interrupted by an older keychaind left (nothing was ever stored), remove \(key) and start again.")
+                // Without a record this may be an older keychaind's interrupted first start
+                // (it made the key first); with one, a database was there and is gone.
+                let otherwise = hasRecord
+                    ? "To give up this keychain and start an empty one, move \(key) and \(record) aside."
+                    : "If it is what a first start interrupted by an older keychaind left (nothing was ever stored), remove \(key) and start again."
+                throw KeychainError(.notAvailable, "\(key) exists but \(db) does not. If this keychain ever held anything, restore \(db) from a backup; keychaind will not make an empty database beside an old device key. \(otherwise)")
             }
             return false
         }
         if databaseHoldsData {
-            throw KeychainError(.decode, "\(db) exists but \(key) does not: without the device key nothing in the database can be decrypted, and keychaind will not make a new one over it. Restore \(key) from a backup of the state directory. To give up this keychain and start an empty one, move \(db) (with \(db)-wal, if any) aside.")
+            throw KeychainError(.decode, "\(db) exists but \(key) does not: without the device key nothing in the database can be decrypted, and keychaind will not make a new one over it. Restore \(key) from a backup of the state directory. To give up this keychain and start an empty one, move \(db) (with \(db)-wal, if any) and \(record) aside.")
+        }
+        if hasRecord {
+            throw KeychainError(.notAvailable, "\(record) says a keychain was here, but \(key) and \(db) are gone: the keychain was deleted. Restore them from a backup; or, to start a new, empty keychain, remove \(record).")
         }
         return true
     }

@@ -6,7 +6,7 @@ import KeychainModel
 
 /// Where the store keeps its files and how hard the passcode key is to guess.
 public struct StoreConfiguration: Sendable {
-    /// Holds device.key and keychain.db (mode 0700; files 0600).
+    /// Holds device.key, keychain.db and keychain.generation (mode 0700; files 0600).
     public var stateDirectory: String
     /// Argon2id cost for a passcode set or changed from now on (existing keybags keep the
     /// cost stored with them until the next change).
@@ -19,6 +19,7 @@ public struct StoreConfiguration: Sendable {
 
     public var databasePath: String { stateDirectory + "/keychain.db" }
     public var deviceKeyPath: String { stateDirectory + "/" + DeviceKeyFile.fileName }
+    public var generationRecordPath: String { stateDirectory + "/" + GenerationRecordFile.fileName }
 }
 
 /// The caller's access groups, in order: the first is where items added without agrp go.

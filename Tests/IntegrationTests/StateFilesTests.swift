@@ -73,4 +73,21 @@ struct StateFilesTests {
         #expect(status > 0, "keychaind did not refuse: \(status)")
         #expect(message.contains("keybag") && message.contains(d.stateDirectory + "/keychain.db"), "\(message)")
     }
+
+    @Test func anOlderCopyOfTheDatabaseAfterACleanStopStopsTheDaemon() throws {
+        let d = try RunningDaemon()
+        let db = URL(fileURLWithPath: d.stateDirectory + "/keychain.db")
+        #expect(try d.cli(["add", "--service", "s", "--account", "first"], input: bytes("1")).status == Exit.success)
+        #expect(d.stop() == 0)
+        let older = try Data(contentsOf: db)
+        try d.start()
+        #expect(try d.cli(["add", "--service", "s", "--account", "second"], input: bytes("2")).status == Exit.success)
+        #expect(try d.cli(["delete", "--service", "s", "--account", "first"]).status == Exit.success)
+        #expect(d.stop() == 0)
+        try older.write(to: db)
+        let (status, message) = try refusedStart(d)
+        #expect(status > 0, "keychaind did not refuse: \(status)")
+        #expect(message.contains("lost") && message.contains("committed transaction"), "\(message)")
+        #expect(message.contains(d.stateDirectory + "/keychain.generation"), "\(message)")
+    }
 }

@@ -47,7 +47,8 @@ final class TemporaryStore {
     }
 
     deinit {
-        for name in ["keychain.db", "keychain.db-wal", "keychain.db-shm", "device.key"] {
+        store = nil  // writes the clean-stop record, removed below
+        for name in ["keychain.db", "keychain.db-wal", "keychain.db-shm", "device.key", "keychain.generation"] {
             unlink(directory + "/" + name)
         }
         rmdir(directory)

@@ -52,10 +52,20 @@ struct MissingPartTests {
         unlink(t.directory + "/keychain.db")
         let error = refusal { try t.reopen() }
         #expect(error?.status == .notAvailable)
-        #expect(error?.message.contains(t.directory + "/keychain.db") == true, "\(String(describing: error))")
-        // An older keychaind made the key first: its interrupted first start leaves just this.
-        #expect(error?.message.contains("remove \(t.directory)/device.key") == true, "\(String(describing: error))")
+        #expect(error?.message.contains("restore \(t.directory)/keychain.db") == true, "\(String(describing: error))")
         #expect(!FileManager.default.fileExists(atPath: t.directory + "/keychain.db"))
+    }
+
+    @Test func aDeviceKeyAloneSaysWhichFileToRemove() throws {
+        // An older keychaind made the key before the database: a first start of it interrupted
+        // there left just this, and nothing was ever stored.
+        let s = try Scratch()
+        try s.mkdir("state")
+        _ = try DeviceKeyFile.loadOrCreate(path: s.file("device.key"))
+        let error = refusal { _ = try s.open() }
+        #expect(error?.status == .notAvailable)
+        #expect(error?.message.contains("remove \(s.file("device.key"))") == true, "\(String(describing: error))")
+        #expect(!s.exists(s.file("keychain.db")))
     }
 
     // MARK: a first start interrupted at any point starts again by itself
