@@ -9,6 +9,7 @@ import KeychainStorage
 /// Every call that writes runs in one SQLite transaction, so a crash leaves the database as it
 /// was before the call or after it.
 public final class ItemStore {
+    /// As given, with the state directory as its real path (absolute, no link).
     public let configuration: StoreConfiguration
     let database: SQLiteDatabase
     let table: ItemTable
@@ -25,10 +26,11 @@ public final class ItemStore {
     /// key, the database and a fresh keybag on first use (only then: a keychain missing one of
     /// them is refused, see StateInventory). With no passcode set every class key
     /// is loaded; with one set, only the Always classes are until `unlock(passcode:)`.
-    public init(configuration: StoreConfiguration, clock: @escaping () -> Double = ItemStore.absoluteTimeNow) throws(KeychainError) {
+    public init(configuration given: StoreConfiguration, clock: @escaping () -> Double = ItemStore.absoluteTimeNow) throws(KeychainError) {
+        var configuration = given
+        configuration.stateDirectory = try StateDirectory.prepare(given.stateDirectory)
         self.configuration = configuration
         self.now = clock
-        try StateDirectory.prepare(configuration.stateDirectory)
         let firstStart = try StateInventory(configuration).isFirstStart()
         // The database file before the key: an interrupted first start then never leaves a
         // key without a database, which could as well be a keychain whose database was lost.

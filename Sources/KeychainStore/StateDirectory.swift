@@ -11,8 +11,9 @@ enum StateDirectory {
     /// Creates the directory (0700, and any missing parents, 0700) and checks it, its parents
     /// and everything in it; tightens it to 0700 if others may read it. Throws
     /// errSecNotAvailable, naming the path and what to do, rather than adopt a directory
-    /// another user controls.
-    static func prepare(_ path: String, uid: uid_t = geteuid()) throws(KeychainError) {
+    /// another user controls. Returns its real path (links above it resolved: SQLite opens
+    /// the database refusing any link on the way).
+    static func prepare(_ path: String, uid: uid_t = geteuid()) throws(KeychainError) -> String {
         let trust = Trust(uid: uid)
         let absolute = try Self.absolute(path)
         let parts = absolute.split(separator: "/").map(String.init)
@@ -26,6 +27,11 @@ enum StateDirectory {
         }
         try makeIfMissing(absolute)
         try checkDirectoryAndEntries(absolute, trust: trust)
+        guard let resolved = realpath(absolute, nil) else {
+            throw KeychainError(.io, "cannot resolve \(absolute): \(String(cString: strerror(errno)))")
+        }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     /// Creates `path` empty with mode 0600 if it does not exist, so that SQLite (which gives

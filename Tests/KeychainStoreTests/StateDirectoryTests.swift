@@ -142,6 +142,14 @@ struct StateDirectoryTests {
         #expect(s.mode(s.path("a")) == 0o700 && s.mode(s.path("a/b")) == 0o700 && s.mode(s.path("a/b/state")) == 0o700)
     }
 
+    @Test func aSymbolicLinkAboveTheStateDirectoryToASafePlaceIsAccepted() throws {
+        let s = try Scratch()
+        try s.mkdir("real")
+        symlink(s.path("real"), s.path("link"))
+        _ = try s.open(s.path("link/state"))
+        #expect(s.exists(s.path("real/state/device.key")))
+    }
+
     @Test func aSymbolicLinkAboveTheStateDirectoryIsFollowedAndItsTargetChecked() throws {
         let s = try Scratch()
         try s.mkdir("open", mode: 0o777)
