@@ -272,4 +272,28 @@ struct LockInvariantTests {
         #expect(!h.handler.store.isAvailable(.whenUnlocked))
         #expect(h.handler.store.isAvailable(.afterFirstUnlock))
     }
+
+    @Test func anEraseAfterWrongPasscodesWhileLockedSinceBootLeavesAnUnlockedKeychainWithEveryKeyItsStateAllows() throws {
+        let h = try unlockedHarnessWithPasscode()
+        var policy = h.lockPolicy
+        policy.eraseAfterFailures = 3
+        h.handler = nil
+        h.handler = try RequestHandler(
+            store: try ItemStore(configuration: StoreConfiguration(stateDirectory: h.directory, argon2: .testingOnly)),
+            lockPolicy: policy, clock: h.time.clock, log: { _ in })
+        for _ in 1...3 { #expect(h.call(.unlock(passcode: Self.passcodes[1])) != 0) }
+        #expect(!h.handler.store.hasPasscode)
+        for pdmn in Protection.allCases where pdmn != .whenPasscodeSetThisDeviceOnly {
+            #expect(h.handler.store.isAvailable(pdmn), "\(pdmn.rawValue)")
+        }
+        #expect(!h.handler.store.isAvailable(.whenPasscodeSetThisDeviceOnly))
+    }
+
+    @Test func aBackupWhileLockedIsRefusedAndLoadsNoKey() throws {
+        let h = try unlockedHarnessWithPasscode()
+        try h.open()  // locked since boot
+        #expect(h.call(.backupBegin(password: Array("backup-pw".utf8))) == KeychainStatus.interactionNotAllowed.rawValue)
+        #expect(!h.handler.store.isAvailable(.whenUnlocked))
+        #expect(!h.handler.store.isAvailable(.afterFirstUnlock))
+    }
 }
