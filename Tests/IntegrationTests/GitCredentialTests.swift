@@ -15,27 +15,10 @@ struct GitCredentialTests {
         try "[credential]\n\thelper = \(Self.helper)\n\tuseHttpPath = \(useHttpPath)\n"
             .write(toFile: config, atomically: true, encoding: .utf8)
         chmod(config, 0o644)
-        let p = Process()
-        if let uid {
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            p.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", executable] + arguments
-        } else {
-            p.executableURL = URL(fileURLWithPath: executable)
-            p.arguments = arguments
-        }
-        p.environment = ["KEYCHAIN_SOCKET": d.socketPath, "GIT_CONFIG_GLOBAL": config, "GIT_CONFIG_NOSYSTEM": "1",
-                         "GIT_TERMINAL_PROMPT": "0", "HOME": d.root, "PATH": "/usr/bin:/bin"]
-        let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
-        p.standardInput = stdin
-        p.standardOutput = stdout
-        p.standardError = stderr
-        try p.run()
-        stdin.fileHandleForWriting.write(Data(input.utf8))
-        try stdin.fileHandleForWriting.close()
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        let err = stderr.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return CLIResult(status: p.terminationStatus, stdout: Array(out), stderr: String(decoding: err, as: UTF8.self))
+        return try runExecutable(executable, arguments,
+                                 environment: ["KEYCHAIN_SOCKET": d.socketPath, "GIT_CONFIG_GLOBAL": config, "GIT_CONFIG_NOSYSTEM": "1",
+                                               "GIT_TERMINAL_PROMPT": "0", "HOME": d.root, "PATH": "/usr/bin:/bin"],
+                                 input: Array(input.utf8), asUser: uid)
     }
 
     func git(_ d: RunningDaemon, _ action: String, _ input: String, useHttpPath: Bool = false, asUser uid: UInt32? = nil) throws -> CLIResult {

@@ -7,15 +7,21 @@ import Testing
 /// system daemon, confined by the [[app]] entries of its config.
 @Suite("Access groups between real users", .serialized)
 struct MultiUserTests {
+    /// The uid of `name`, created first as a system user if there is none. Retried: useradd
+    /// refuses while another test holds the passwd lock.
     static func user(_ name: String) throws -> UInt32 {
-        if let pw = getpwnam(name) { return pw.pointee.pw_uid }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/sbin/useradd")
-        p.arguments = ["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name]
-        try p.run()
-        p.waitUntilExit()
-        guard let pw = getpwnam(name) else { throw KeychainError(.io, "useradd \(name) failed (\(p.terminationStatus))") }
-        return pw.pointee.pw_uid
+        for _ in 0..<50 {
+            if let pw = getpwnam(name) { return pw.pointee.pw_uid }
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/sbin/useradd")
+            p.arguments = ["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name]
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            p.waitUntilExit()
+            if let pw = getpwnam(name) { return pw.pointee.pw_uid }
+            usleep(100_000)
+        }
+        throw KeychainError(.io, "useradd \(name) failed")
     }
 
     let appA: UInt32

@@ -7,21 +7,9 @@ import Testing
 /// The real daemon refuses state files it cannot trust, and says why, rather than serve them.
 @Suite("keychaind and its state files", .serialized)
 struct StateFilesTests {
-    /// A real other user (useradd; the tests run as root, as CI does). Retried: useradd fails
-    /// while a parallel test holds the passwd lock.
+    /// A real other user (useradd; the tests run as root, as CI does).
     static func otherUser() throws -> (uid: UInt32, name: String) {
-        let name = "kcstate-other"
-        for _ in 0..<50 {
-            if let pw = getpwnam(name) { return (pw.pointee.pw_uid, name) }
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/sbin/useradd")
-            p.arguments = ["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name]
-            p.standardError = FileHandle.nullDevice
-            try p.run()
-            p.waitUntilExit()
-            usleep(100_000)
-        }
-        throw KeychainError(.io, "useradd \(name) failed")
+        (try MultiUserTests.user("kcstate-other"), "kcstate-other")
     }
 
     /// Runs keychaind on `d`'s files and waits for it to exit, as it must when it refuses to
