@@ -24,6 +24,8 @@ public struct DaemonConfig: Sendable, Equatable {
     public var idleTimeoutSeconds = 300
     public var frameTimeoutSeconds = 10
     public var maxConnections = 256
+    /// nil: an eighth of max_connections.
+    public var maxConnectionsPerUID: Int?
     public var busyPollMicroseconds = 50
     public var argon2 = Argon2Parameters.standard
     public var adminUIDs: [UInt32]?
@@ -167,6 +169,7 @@ public struct DaemonConfig: Sendable, Equatable {
         case "idle_timeout_seconds": idleTimeoutSeconds = try int(1...86_400)
         case "frame_timeout_seconds": frameTimeoutSeconds = try int(1...3_600)
         case "max_connections": maxConnections = try int(1...65_536)
+        case "max_connections_per_uid": maxConnectionsPerUID = try int(1...65_536)
         case "busy_poll_microseconds": busyPollMicroseconds = try int(0...1_000)
         case "argon2_ops": argon2.opsLimit = UInt64(try int(1...64))
         case "argon2_memory_mib": argon2.memLimitBytes = try int(1...4096) << 20
@@ -251,6 +254,7 @@ public struct DaemonConfig: Sendable, Equatable {
         server.idleTimeoutMs = Int32(idleTimeoutSeconds * 1000)
         server.frameTimeoutMs = Int32(frameTimeoutSeconds * 1000)
         server.maxConnections = maxConnections
+        server.maxConnectionsPerUID = maxConnectionsPerUID
         server.busyPollMicroseconds = busyPollMicroseconds
         server.socketMode = socketMode
         server.policy = accessPolicy(source: source)

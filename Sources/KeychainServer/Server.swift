@@ -13,8 +13,10 @@ public struct ServerConfiguration: Sendable {
     public var idleTimeoutMs: Int32 = 300_000
     /// How long a started frame may take to arrive in full.
     public var frameTimeoutMs: Int32 = 10_000
-    /// Connections served at once; more are accepted and closed with a log line.
+    /// Connections served at once; more are accepted and closed (logged, summed up).
     public var maxConnections = 256
+    /// Connections one uid may hold at once; nil: an eighth of `maxConnections`.
+    public var maxConnectionsPerUID: Int?
     /// Mode of the socket file.
     public var socketMode: mode_t = 0o600
     /// How long a connection whose client calls back to back watches for its next request
@@ -44,6 +46,8 @@ public final class KeychainServer: @unchecked Sendable {
     // Guarded by `lock`.
     private let lock = NSLock()
     private var connections: [Int32: UnixSocket] = [:]
+    private var admission: ConnectionAdmission
+    private var refusals = RefusalLog()
     private var shuttingDown = false
     /// Workers now blocked in accept (or about to be).
     private var acceptors = 0
@@ -58,6 +62,9 @@ public final class KeychainServer: @unchecked Sendable {
         self.configuration = configuration
         self.logger = logger
         busyPoll = BusyPoll(windowMicroseconds: configuration.busyPollMicroseconds)
+        admission = ConnectionAdmission(
+            maxConnections: configuration.maxConnections,
+            maxPerUID: configuration.maxConnectionsPerUID ?? ConnectionAdmission.defaultPerUID(maxConnections: configuration.maxConnections))
         let store = try ItemStore(configuration: configuration.store)
         try Self.claimSocketPath(configuration.socketPath)
         do {
@@ -150,24 +157,73 @@ public final class KeychainServer: @unchecked Sendable {
                 return
             }
             if acceptors == 0 { startWorker() }
-            if connections.count >= configuration.maxConnections {
-                acceptors += 1
-                lock.unlock()
-                logger.warning("refusing a connection: \(configuration.maxConnections) already open")
+            lock.unlock()
+            // Who it is, from the kernel, and whether the policy refuses it: before it may
+            // hold a slot (docs/security.md, "Fair service").
+            guard let (caller, process) = Caller.of(socket) else {
+                logger.warning("closing a connection whose peer credentials cannot be read")
                 socket.close()
+                guard rejoinAcceptors() else { return }
                 continue
             }
-            connections[socket.fd] = socket
-            lock.unlock()
-            serve(socket)
+            let refusal = executor.refusal(for: caller)
             lock.lock()
-            if shuttingDown || acceptors >= Self.maximumIdleWorkers {
-                lock.unlock()
-                return
+            let decision = admission.admit(uid: caller.uid, refused: refusal != nil)
+            if decision == .admit {
+                connections[socket.fd] = socket
             }
-            acceptors += 1
+            let line = decision == .admit ? refusals.tick(at: DaemonClock.system.monotonic())
+                : refusals.note(Self.describe(decision, caller), at: DaemonClock.system.monotonic())
             lock.unlock()
+            if let line { logger.warning("\(line)") }
+            guard decision == .admit else {
+                socket.close()
+                guard rejoinAcceptors() else { return }
+                continue
+            }
+            if let refusal {
+                serveRefused(socket, caller, refusal)
+            } else {
+                serve(socket, caller, process)
+            }
+            lock.lock()
+            connections[socket.fd] = nil
+            admission.release(uid: caller.uid, refused: refusal != nil)
+            lock.unlock()
+            socket.close()
+            guard rejoinAcceptors() else { return }
         }
+    }
+
+    /// After a connection: wait in accept again, unless enough workers already do or the
+    /// daemon is stopping (then the worker ends: false).
+    @discardableResult
+    private func rejoinAcceptors() -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if shuttingDown || acceptors >= Self.maximumIdleWorkers { return false }
+        acceptors += 1
+        return true
+    }
+
+    static func describe(_ decision: ConnectionAdmission.Decision, _ caller: Caller) -> String {
+        switch decision {
+        case .admit: "admitted"
+        case .overUIDLimit: "uid \(caller.uid) is at its limit of connections"
+        case .full: "every connection slot is taken"
+        case .tooManyRefused: "uid \(caller.uid) matches no application and as many refused callers as allowed are connected"
+        }
+    }
+
+    /// A caller the policy refuses gets one answer, to its first request, saying so and why,
+    /// and the connection closes: it holds a slot for one frame at most, and learns nothing
+    /// else (not even the lock state).
+    private func serveRefused(_ socket: UnixSocket, _ caller: Caller, _ refusal: String) {
+        let reader = FrameReader(socket, capacity: 1 << 10)
+        guard let payload = try? reader.next(idleTimeoutMs: configuration.frameTimeoutMs, frameTimeoutMs: configuration.frameTimeoutMs) else { return }
+        let response = Response(error: KeychainError(.missingEntitlement, refusal))
+        if let request = try? WireCodec.decodeRequest(payload) { executor.audit(refused: request, from: caller, response: response) }
+        try? socket.writeAll(WireCodec.frame(response))
     }
 
     /// Applies a reloaded config (SIGHUP): the access policy and the audit log. A new audit
@@ -207,21 +263,13 @@ public final class KeychainServer: @unchecked Sendable {
         // Reads are woken; a connection mid-call still gets its response written before its
         // thread sees the shutdown.
         for socket in connections.values { Glibc.shutdown(socket.fd, Int32(SHUT_RD)) }
+        let pending = refusals.flush()
         lock.unlock()
+        if let pending { logger.warning("\(pending)") }
         listener.shutdownBoth()
     }
 
-    private func serve(_ socket: UnixSocket) {
-        defer {
-            lock.lock()
-            connections[socket.fd] = nil
-            lock.unlock()
-            socket.close()
-        }
-        guard let (caller, process) = Caller.of(socket) else {
-            logger.warning("closing a connection whose peer credentials cannot be read")
-            return
-        }
+    private func serve(_ socket: UnixSocket, _ caller: Caller, _ process: PeerProcess?) {
         let reader = FrameReader(socket, capacity: 16 << 10)
         var pace = ConnectionPace(connection: Int(socket.fd))
         while true {

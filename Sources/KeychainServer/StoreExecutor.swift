@@ -226,4 +226,22 @@ final class StoreExecutor: @unchecked Sendable {
             for job in group { job.response = Response(error: error) }
         }
     }
+
+    /// Records the one call a refused caller gets answered (denied calls are audited too).
+    func audit(refused request: Request, from caller: Caller, response: Response) {
+        settingsLock.lock()
+        let current = settings
+        settingsLock.unlock()
+        current.audit?.record(request, caller: caller, app: current.policy.appID(for: caller), defaultGroup: nil, response: response)
+    }
+
+    /// Why the policy in force refuses `caller` outright (no access group, and not an admin),
+    /// or nil when it may make some call.
+    func refusal(for caller: Caller) -> String? {
+        settingsLock.lock()
+        let policy = settings.policy
+        settingsLock.unlock()
+        guard policy.scope(for: caller).groups.isEmpty, !policy.isAdmin(caller) else { return nil }
+        return policy.refusal(for: caller)
+    }
 }
