@@ -34,6 +34,16 @@ public struct ByteWriter: ~Copyable {
         raw(b)
     }
 
+    /// Lets `fill` write up to `n` bytes straight after what was written (a socket read into
+    /// wiped memory); `fill` returns how many it wrote. Capacity grows with what is written,
+    /// not with what was announced.
+    public mutating func append<E: Error>(upTo n: Int, _ fill: (UnsafeMutableRawBufferPointer) throws(E) -> Int) throws(E) {
+        storage.reserve(storage.count + n)
+        let written = try fill(UnsafeMutableRawBufferPointer(start: storage.base + storage.count, count: n))
+        precondition(written >= 0 && written <= n)
+        storage.grow(by: written)
+    }
+
     /// Overwrites 4 bytes at `offset` (a length written before what it counts was known).
     public mutating func patchU32(_ v: UInt32, at offset: Int) {
         precondition(offset >= 0 && offset + 4 <= storage.count)

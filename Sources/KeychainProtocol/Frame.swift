@@ -11,7 +11,8 @@ public enum Frame {
 
     /// Reads one frame without buffering (never reads past it): for one-shot callers and tests.
     /// Connections that exchange many frames use FrameReader, which needs fewer system calls.
-    /// Returns nil on a clean EOF before the frame.
+    /// Returns nil on a clean EOF before the frame. The frame must arrive in full within
+    /// `frameTimeoutMs` of its first byte.
     public static func read(from socket: UnixSocket, idleTimeoutMs: Int32, frameTimeoutMs: Int32) throws(SocketFailure) -> SecretBytes? {
         var header = [UInt8](repeating: 0, count: 4)
         do {
@@ -19,11 +20,34 @@ public enum Frame {
         } catch .closed {
             return nil
         }
-        try socket.readExactly(into: &header, from: 1, count: 3, timeoutMs: frameTimeoutMs)
+        let deadline = Frame.deadline(afterMs: frameTimeoutMs)
+        var got = 1
+        try header.withUnsafeMutableBytes { h in
+            Result { () throws(SocketFailure) in
+                while got < 4 { got += try socket.receive(into: UnsafeMutableRawBufferPointer(rebasing: h[got...]), deadline: deadline) }
+            }
+        }.get()
         let length = UInt32(header[0]) | UInt32(header[1]) << 8 | UInt32(header[2]) << 16 | UInt32(header[3]) << 24
         guard length >= 1, length <= UInt32(maxPayloadBytes) else { throw .badLength(length) }
-        return try SecretBytes(count: Int(length)) { (payload) throws(SocketFailure) in
-            try socket.readExactly(into: payload, count: Int(length), timeoutMs: frameTimeoutMs)
+        var payload = ByteWriter(capacity: min(Int(length), growthStep))
+        try readRest(of: Int(length), into: &payload, from: socket, deadline: deadline)
+        return payload.finish()
+    }
+
+    /// A frame's deadline: `ms` from now (its first byte has just arrived).
+    static func deadline(afterMs ms: Int32) -> UInt64 {
+        MonotonicClock.nanoseconds() &+ UInt64(max(ms, 0)) &* 1_000_000
+    }
+
+    /// How much a payload buffer grows by at least: it grows with what arrives, so a header
+    /// announcing a megabyte costs nothing until the megabyte comes.
+    static let growthStep = 64 << 10
+
+    /// Reads until `payload` holds `length` bytes, growing it (at most doubling) as they come.
+    static func readRest(of length: Int, into payload: inout ByteWriter, from socket: UnixSocket, deadline: UInt64) throws(SocketFailure) {
+        while payload.count < length {
+            let chunk = min(length - payload.count, max(growthStep, payload.count))
+            try payload.append(upTo: chunk) { (dst) throws(SocketFailure) in try socket.receive(into: dst, deadline: deadline) }
         }
     }
 
@@ -66,34 +90,34 @@ public final class FrameReader {
                 return nil
             }
         }
-        try fill(atLeast: 4, timeoutMs: frameTimeoutMs)
+        // The whole frame must arrive within frameTimeoutMs of its first byte, however the
+        // bytes trickle in: a time-out per read would let one byte every few seconds hold the
+        // connection, and its buffer, forever.
+        let deadline = Frame.deadline(afterMs: frameTimeoutMs)
+        try fill(atLeast: 4, deadline: deadline)
         let length = UInt32(buffer[start]) | UInt32(buffer[start + 1]) << 8
             | UInt32(buffer[start + 2]) << 16 | UInt32(buffer[start + 3]) << 24
         guard length >= 1, length <= UInt32(Frame.maxPayloadBytes) else { throw .badLength(length) }
         let total = 4 + Int(length)
         if total <= buffer.count {
-            try fill(atLeast: total, timeoutMs: frameTimeoutMs)
+            try fill(atLeast: total, deadline: deadline)
             let payload = buffer.withUnsafeBytes { SecretBytes(UnsafeRawBufferPointer(rebasing: $0[(start + 4)..<(start + total)])) }
             consume(total)
             return payload
         }
-        // Larger than the buffer (a big secret): take what is buffered, read the rest directly.
-        let have = buffered - 4
-        let first = start + 4
-        let payload = try SecretBytes(count: Int(length)) { (dst) throws(SocketFailure) in
-            buffer.withUnsafeBytes { src in
-                UnsafeMutableRawBufferPointer(rebasing: dst[0..<have]).copyMemory(from: UnsafeRawBufferPointer(rebasing: src[first..<(first + have)]))
-            }
-            consume(buffered)
-            try socket.readExactly(into: UnsafeMutableRawBufferPointer(rebasing: dst[have...]), count: Int(length) - have,
-                                   timeoutMs: frameTimeoutMs)
-        }
-        return payload
+        // Larger than the buffer (a big secret): take what is buffered, then read the rest into
+        // a buffer that grows with what arrives.
+        var payload = ByteWriter(capacity: min(Int(length), max(Frame.growthStep, buffered)))
+        buffer.withUnsafeBytes { payload.raw(UnsafeRawBufferPointer(rebasing: $0[(start + 4)..<end])) }
+        consume(buffered)
+        try Frame.readRest(of: Int(length), into: &payload, from: socket, deadline: deadline)
+        return payload.finish()
     }
 
-    /// Reads until `count` bytes are buffered. Blocking reads with SO_RCVTIMEO: one recv per
-    /// frame in the common case (a poll before each read would double the system calls).
-    private func fill(atLeast count: Int, timeoutMs: Int32) throws(SocketFailure) {
+    /// Reads until `count` bytes are buffered, waiting up to `timeoutMs` for each read, or
+    /// until `deadline` for all of them. Blocking reads with SO_RCVTIMEO: one recv per frame in
+    /// the common case (a poll before each read would double the system calls).
+    private func fill(atLeast count: Int, timeoutMs: Int32 = -1, deadline: UInt64? = nil) throws(SocketFailure) {
         if buffered >= count { return }
         if buffer.count - start < count {  // compact: move the partial frame to the front
             let n = buffered
@@ -104,8 +128,14 @@ public final class FrameReader {
             start = 0
             end = n
         }
-        try setReceiveTimeout(timeoutMs)
         while buffered < count {
+            if let deadline {
+                let left = UnixSocket.milliseconds(until: deadline)
+                guard left > 0 else { throw .timedOut }
+                try setReceiveTimeout(left)
+            } else {
+                try setReceiveTimeout(timeoutMs)
+            }
             let n = buffer.withUnsafeMutableBytes { b in
                 recv(socket.fd, b.baseAddress! + end, b.count - end, 0)
             }

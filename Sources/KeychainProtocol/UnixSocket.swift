@@ -131,6 +131,37 @@ public struct UnixSocket: Sendable {
         }
     }
 
+    /// Reads what has arrived (at least one byte, at most `buffer.count`), waiting until
+    /// `deadline` (MonotonicClock nanoseconds) at the most.
+    public func receive(into buffer: UnsafeMutableRawBufferPointer, deadline: UInt64) throws(SocketFailure) -> Int {
+        while true {
+            let ms = Self.milliseconds(until: deadline)
+            guard ms > 0 else { throw .timedOut }
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let p = poll(&pfd, 1, ms)
+            if p == 0 { throw .timedOut }
+            if p < 0 {
+                if errno == EINTR { continue }
+                throw .system("poll", errno)
+            }
+            let n = recv(fd, buffer.baseAddress!, buffer.count, Int32(MSG_DONTWAIT))
+            if n > 0 { return n }
+            if n == 0 { throw .closed }
+            switch errno {
+            case EINTR, EAGAIN: continue
+            case ECONNRESET: throw .closed
+            default: throw .system("recv", errno)
+            }
+        }
+    }
+
+    /// Whole milliseconds left until `deadline`, rounded up; 0 once it has passed.
+    public static func milliseconds(until deadline: UInt64) -> Int32 {
+        let now = MonotonicClock.nanoseconds()
+        guard deadline > now else { return 0 }
+        return Int32(clamping: (deadline - now + 999_999) / 1_000_000)
+    }
+
     /// Reads exactly `count` bytes into `buffer` starting at `offset`. `timeoutMs` bounds each
     /// wait for data (-1: no bound). EOF before the first byte with `eofIsClean` gives
     /// `.closed` too, but the caller can tell the two apart by `offset`.
