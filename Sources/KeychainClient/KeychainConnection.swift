@@ -186,7 +186,7 @@ public final class KeychainConnection: Sendable {
                 link = c
             } else {
                 let s = try connect()
-                link = Link(socket: s, reader: FrameReader(s, capacity: 16 << 10))
+                link = Link(socket: s, reader: FrameReader(s, capacity: 16 << 10, maxPayload: Frame.maxResponsePayloadBytes))
                 current = link
             }
             let connection = link.socket
@@ -210,7 +210,8 @@ public final class KeychainConnection: Sendable {
                     throw SocketFailure.closed
                 }
                 if watchNs > 0 { current?.reads.record(contended ? 4 * watchNs : MonotonicClock.nanoseconds() &- sent) }
-                return try WireCodec.decodeResponse(payload)
+                let first = try WireCodec.decodeResponse(payload)
+                return first.continues ? try readPages(after: first, from: link.reader) : first
             } catch let failure as SocketFailure {
                 connection.close()
                 current = nil
@@ -226,6 +227,23 @@ public final class KeychainConnection: Sendable {
                 throw KeychainError(.internal, "\(error)")
             }
         }
+    }
+
+    /// A list answer in several frames (docs/protocol.md, "Long answers"): the pages' items in
+    /// order, or the error a later page carries (then nothing of the answer is returned).
+    private func readPages(after first: Response, from reader: FrameReader) throws -> Response {
+        guard case .list(var items) = first.result else { throw KeychainError(.decode, "a continued answer is not a list") }
+        var page = first
+        while page.continues {
+            guard let payload = try reader.next(idleTimeoutMs: timeoutMs, frameTimeoutMs: timeoutMs) else {
+                throw SocketFailure.closed
+            }
+            page = try WireCodec.decodeResponse(payload)
+            guard page.status == 0 else { return page }
+            guard case .list(let more) = page.result else { throw KeychainError(.decode, "a continued answer is not a list") }
+            items.append(contentsOf: more)
+        }
+        return Response(result: .list(items))
     }
 
     /// A new connection to a daemon this client trusts; nothing is written before the check.

@@ -6,14 +6,19 @@ import KeychainModel
 /// Length-prefixed frames: a u32 little-endian payload length, then the payload.
 /// docs/protocol.md, section 2.
 public enum Frame {
-    /// Largest payload either side accepts: a 1 MiB secret plus generous room for attributes.
+    /// Largest request payload: a 1 MiB secret plus generous room for attributes.
     public static let maxPayloadBytes = (1 << 20) + (256 << 10)
+    /// Largest response payload: room for the largest item a request can store plus what the
+    /// daemon adds to it (group, protection class, dates, persistent reference), so that every
+    /// item that can be stored can be read back. Longer answers come in several frames.
+    public static let maxResponsePayloadBytes = maxPayloadBytes + (64 << 10)
 
     /// Reads one frame without buffering (never reads past it): for one-shot callers and tests.
     /// Connections that exchange many frames use FrameReader, which needs fewer system calls.
     /// Returns nil on a clean EOF before the frame. The frame must arrive in full within
     /// `frameTimeoutMs` of its first byte.
-    public static func read(from socket: UnixSocket, idleTimeoutMs: Int32, frameTimeoutMs: Int32) throws(SocketFailure) -> SecretBytes? {
+    public static func read(from socket: UnixSocket, idleTimeoutMs: Int32, frameTimeoutMs: Int32,
+                            maxPayload: Int = maxResponsePayloadBytes) throws(SocketFailure) -> SecretBytes? {
         var header = [UInt8](repeating: 0, count: 4)
         do {
             try socket.readExactly(into: &header, count: 1, timeoutMs: idleTimeoutMs)
@@ -28,7 +33,7 @@ public enum Frame {
             }
         }.get()
         let length = UInt32(header[0]) | UInt32(header[1]) << 8 | UInt32(header[2]) << 16 | UInt32(header[3]) << 24
-        guard length >= 1, length <= UInt32(maxPayloadBytes) else { throw .badLength(length) }
+        guard length >= 1, length <= UInt32(maxPayload) else { throw .badLength(length) }
         var payload = ByteWriter(capacity: min(Int(length), growthStep))
         try readRest(of: Int(length), into: &payload, from: socket, deadline: deadline)
         return payload.finish()
@@ -69,8 +74,13 @@ public final class FrameReader {
     private var start = 0
     private var end = 0
 
-    public init(_ socket: UnixSocket, capacity: Int = 64 << 10) {
+    /// The longest payload this reader accepts: requests on the daemon's side, responses on
+    /// the client's.
+    private let maxPayload: Int
+
+    public init(_ socket: UnixSocket, capacity: Int = 64 << 10, maxPayload: Int = Frame.maxPayloadBytes) {
         self.socket = socket
+        self.maxPayload = maxPayload
         buffer = [UInt8](repeating: 0, count: capacity)
     }
 
@@ -97,7 +107,7 @@ public final class FrameReader {
         try fill(atLeast: 4, deadline: deadline)
         let length = UInt32(buffer[start]) | UInt32(buffer[start + 1]) << 8
             | UInt32(buffer[start + 2]) << 16 | UInt32(buffer[start + 3]) << 24
-        guard length >= 1, length <= UInt32(Frame.maxPayloadBytes) else { throw .badLength(length) }
+        guard length >= 1, length <= UInt32(maxPayload) else { throw .badLength(length) }
         let total = 4 + Int(length)
         if total <= buffer.count {
             try fill(atLeast: total, deadline: deadline)

@@ -86,11 +86,15 @@ public struct Response: Sendable, Equatable {
     public var status: Int32
     public var message: String
     public var result: QueryResult
+    /// A page of a list answer that goes on in the next frame (result kind 3): the client
+    /// reads frames, adding their items, until one that does not go on.
+    public var continues: Bool
 
-    public init(status: Int32 = 0, message: String = "", result: QueryResult = .none) {
+    public init(status: Int32 = 0, message: String = "", result: QueryResult = .none, continues: Bool = false) {
         self.status = status
         self.message = message
         self.result = result
+        self.continues = continues
     }
 
     public init(error: KeychainError) {
@@ -239,7 +243,7 @@ public enum WireCodec {
         case .none: w.u8(0)
         case .single(let item): w.u8(1); encode(item, into: &w)
         case .list(let items):
-            w.u8(2)
+            w.u8(response.continues ? 3 : 2)
             w.u32(UInt32(items.count))
             for item in items { encode(item, into: &w) }
         }
@@ -262,20 +266,22 @@ public enum WireCodec {
             throw KeychainError(.decode, "response message is not UTF-8")
         }
         let result: QueryResult
+        var continues = false
         switch try r.u8() {
         case 0: result = .none
         case 1: result = .single(try item(&r))
-        case 2:
+        case let kind where kind == 2 || kind == 3:
             let count = Int(try r.u32())
             guard count <= r.remaining else { throw KeychainError(.decode, "response claims \(count) items") }
             var items: [ItemResult] = []
             items.reserveCapacity(count)
             for _ in 0..<count { items.append(try item(&r)) }
             result = .list(items)
+            continues = kind == 3
         case let k: throw KeychainError(.decode, "unknown result kind \(k)")
         }
         guard r.isAtEnd else { throw KeychainError(.decode, "trailing bytes after the response") }
-        return Response(status: status, message: message, result: result)
+        return Response(status: status, message: message, result: result, continues: continues)
     }
 
     private static func item(_ r: inout ByteReader) throws(KeychainError) -> ItemResult {

@@ -18,7 +18,7 @@ public enum SocketFailure: Error, Sendable, Equatable, CustomStringConvertible {
         switch self {
         case .closed: "connection closed by peer"
         case .timedOut: "timed out"
-        case .badLength(let n): "frame length \(n) outside 1...\(Frame.maxPayloadBytes)"
+        case .badLength(let n): "frame length \(n) is 0 or over the limit"
         case .system(let call, let e): "\(call): \(String(cString: strerror(e)))"
         }
     }

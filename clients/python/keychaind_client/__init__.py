@@ -26,6 +26,8 @@ __all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path",
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = (1 << 20) + (256 << 10)
+# Responses may be longer than requests by what the daemon adds to an item (docs/protocol.md).
+MAX_RESPONSE = MAX_FRAME + (64 << 10)
 _EPOCH_2001 = 978307200.0
 
 
@@ -331,9 +333,12 @@ class Connection:
 
     def _exchange(self, frame):
         self._sock.sendall(frame)
+        return self._read_frame()
+
+    def _read_frame(self):
         header = self._recv(4)
         (n,) = struct.unpack("<I", header)
-        if n < 1 or n > MAX_FRAME:
+        if n < 1 or n > MAX_RESPONSE:
             raise KeychainError(Status.DECODE, "keychaind sent a frame of %d bytes" % n)
         return self._recv(n)
 
@@ -366,19 +371,35 @@ class Connection:
                         continue
                     raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
                                         "lost the connection to keychaind: %s" % e) from None
-        r = _Reader(answer)
-        if r.u8() != PROTOCOL_VERSION:
-            raise KeychainError(Status.DECODE, "keychaind answered in another protocol version")
-        status = r.i32()
-        message = r.blob().decode("utf-8")
-        kind = r.u8()
-        if status != 0:
-            raise KeychainError(status, message or "keychaind returned %d" % status)
-        if kind == 0:
-            return None
-        if kind == 1:
-            return r.item()
-        return [r.item() for _ in range(r.u32())]
+            # A long list answer comes in pages: result kind 3 says another frame follows.
+            items = None
+            while True:
+                r = _Reader(answer)
+                if r.u8() != PROTOCOL_VERSION:
+                    raise KeychainError(Status.DECODE, "keychaind answered in another protocol version")
+                status = r.i32()
+                message = r.blob().decode("utf-8")
+                kind = r.u8()
+                if status != 0:
+                    raise KeychainError(status, message or "keychaind returned %d" % status)
+                if kind == 0:
+                    return None
+                if kind == 1:
+                    return r.item()
+                page = [r.item() for _ in range(r.u32())]
+                if items is None:
+                    items = page
+                else:
+                    items.extend(page)
+                if kind == 2:
+                    return items
+                try:
+                    answer = self._read_frame()
+                except (OSError, ConnectionResetError) as e:
+                    self._sock.close()
+                    self._sock = None
+                    raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
+                                        "lost the connection to keychaind mid-answer: %s" % e) from None
 
     # the common case
     def get_password(self, service, account):
