@@ -14,8 +14,16 @@ public enum SQLValue: Sendable, Equatable {
 /// owner uses it (the store, serialised by the daemon).
 public final class SQLiteDatabase {
     private var handle: OpaquePointer?
-    private var cache: [String: Statement] = [:]
-    private var shapeCache: [UInt64: Statement] = [:]
+    /// Statements by SQL text and by shape (`query(shape:...)`). Bounded, because callers choose
+    /// the shapes: every combination of attributes a query names is a statement of its own.
+    private var cache = LRUCache<String, Statement>(capacity: statementCacheCapacity)
+    private var shapeCache = LRUCache<UInt64, Statement>(capacity: statementCacheCapacity)
+    /// Statements kept prepared in each cache. The daemon's own fixed SQL is about 30 texts and
+    /// an app's lookups use a few shapes (a get by service and account, a list by service...),
+    /// so 128 keeps every statement a steady workload uses, with room for many apps; a
+    /// statement holds about 10 KB (100,000 of them grew the daemon by 970 MB), so the two
+    /// caches stay under 3 MB whatever callers send.
+    static let statementCacheCapacity = 128
     public let path: String
     /// SQL run inside every outermost transaction just before it commits (the generation
     /// counter: ItemTable.countTransactions); nil until the schema is in place.
@@ -91,11 +99,11 @@ public final class SQLiteDatabase {
     public func query<T>(shape: UInt64, sql: () -> String, _ values: [SQLValue],
                          _ body: (Statement) throws(KeychainError) -> T) throws(KeychainError) -> T {
         let s: Statement
-        if let cached = shapeCache[shape] {
+        if let cached = shapeCache.value(for: shape) {
             s = cached
         } else {
-            s = try statement(sql())
-            shapeCache[shape] = s
+            s = try prepare(sql())
+            shapeCache.insert(s, for: shape)
         }
         defer { s.reset() }
         try s.bind(values)
@@ -109,18 +117,38 @@ public final class SQLiteDatabase {
 
     /// A cached prepared statement for `sql`, reset and with bindings cleared.
     func statement(_ sql: String) throws(KeychainError) -> Statement {
-        if let s = cache[sql] {
+        if let s = cache.value(for: sql) {
             s.reset()
             return s
         }
+        let s = try prepare(sql)
+        cache.insert(s, for: sql)
+        return s
+    }
+
+    /// A new statement (finalized when the last reference goes: an evicted statement that a
+    /// query is still stepping lives until that query is done).
+    private func prepare(_ sql: String) throws(KeychainError) -> Statement {
         var stmt: OpaquePointer?
         let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
         guard rc == SQLITE_OK, let stmt else {
             throw KeychainError(Self.status(for: rc), "SQLite cannot prepare a statement: \(lastMessage)")
         }
-        let s = Statement(stmt, database: self)
-        cache[sql] = s
-        return s
+        return Statement(stmt, database: self)
+    }
+
+    /// How many statements each cache holds (for tests).
+    var cachedStatementCounts: (texts: Int, shapes: Int) { (cache.count, shapeCache.count) }
+
+    /// How many statements of this connection are not finalized, cached or not (for tests).
+    var preparedStatementCount: Int {
+        var n = 0
+        var stmt = sqlite3_next_stmt(handle, nil)
+        while let s = stmt {
+            n += 1
+            stmt = sqlite3_next_stmt(handle, s)
+        }
+        return n
     }
 
     /// Runs `body` in one IMMEDIATE transaction: all of it is committed, or none of it.

@@ -60,6 +60,23 @@ struct StatementCacheTests {
         #expect(a.shape == nil || a.shape != b.shape)
     }
 
+    /// Attributes are bound too, but which ones a query names shapes its SQL: a key query can
+    /// name any of 2^10 sets of hashed columns.
+    @Test func distinctAttributeCombinationsLeaveTheCacheWithinItsCapacity() throws {
+        let t = try TemporaryStore()
+        let specs = ClassSchema.key.columnAttributes
+        for subset in 0..<(1 << specs.count) {
+            var query: AttributeDictionary = ["class": .string("keys")]
+            for (i, spec) in specs.enumerated() where subset & (1 << i) != 0 { query[spec.code] = spec.defaultValue }
+            let error = #expect(throws: KeychainError.self) { try t.copy(query) }
+            #expect(error?.status == .itemNotFound)
+        }
+        let counts = t.store.database.cachedStatementCounts
+        #expect(counts.texts <= SQLiteDatabase.statementCacheCapacity)
+        #expect(counts.shapes <= SQLiteDatabase.statementCacheCapacity)
+        #expect(t.store.database.preparedStatementCount <= 2 * SQLiteDatabase.statementCacheCapacity)
+    }
+
     /// The reported attack: one app's identity query naming klbl made every later identity
     /// lookup (any app's) find nothing until the daemon restarted.
     @Test func anIdentityQueryNamingTheKeyLabelDoesNotBreakOtherIdentityLookups() throws {
