@@ -181,7 +181,7 @@ public struct ItemTable {
             hashes = sorted.map(\.1)
         }
         var values: [SQLValue] = []
-        values.reserveCapacity(filter.accessGroups.count + hashes.count + 3)
+        values.reserveCapacity(filter.accessGroups.count + hashes.count + 4)
         values += filter.accessGroups.map(SQLValue.text)
         if let p = filter.protection { values.append(.text(p.rawValue)) }
         if let s = filter.sync { values.append(.int(s)) }
@@ -192,7 +192,9 @@ public struct ItemTable {
             columnMask |= 1 << UInt64(column)
             values.append(.blob(hash))
         }
-        let limit = filter.limit.flatMap { $0 < 1 << 20 ? $0 : nil }
+        // Bound, not written into the SQL: every limit a caller sends would otherwise be a
+        // statement of its own.
+        if let limit = filter.limit { values.append(.int(Int64(limit))) }
         let conditions = { () -> String in
             var sql = " AND agrp IN (\(filter.accessGroups.map { _ in "?" }.joined(separator: ", ")))"
             if filter.protection != nil { sql += " AND pdmn = ?" }
@@ -201,10 +203,10 @@ public struct ItemTable {
             for (code, _) in hashes { sql += " AND h_\(code) = ?" }
             // No ORDER BY: results come in index order, as in securityd, and a sort would cost
             // a temporary B-tree on every lookup.
-            if let limit { sql += " LIMIT \(limit)" }
+            if filter.limit != nil { sql += " LIMIT ?" }
             return sql
         }
-        return (conditions, values, shape(filter, columns: columns, columnMask: columnMask, limit: limit))
+        return (conditions, values, shape(filter, columns: columns, columnMask: columnMask))
     }
 
     /// The statement-cache key of a filter's SQL, or nil when the filter's SQL cannot be
@@ -212,20 +214,20 @@ public struct ItemTable {
     /// filters with different SQL sharing a cached statement would bind one query's values to
     /// the other's text, and every later caller of either would get wrong answers. So every
     /// part of the SQL has a field of its own, and nil wherever a part would not fit or
-    /// could not be told apart by the mask (a column named twice).
-    static func shape(_ filter: RowFilter, columns: [Int], columnMask: UInt64, limit: Int?) -> UInt64? {
+    /// could not be told apart by the mask (a column named twice). Values are bound, so they
+    /// are no part of the key: the limit has one bit, for whether the SQL says LIMIT ?.
+    static func shape(_ filter: RowFilter, columns: [Int], columnMask: UInt64) -> UInt64? {
         guard let classIndex = ItemClass.stored.firstIndex(of: filter.itemClass), classIndex < 4,
               filter.accessGroups.count < 256,
               columnMask.nonzeroBitCount == columns.count, columns.allSatisfy({ $0 < 25 }) else { return nil }
-        if let limit, limit >= (1 << 20) - 1 { return nil }
         // class: bits 0-1; group count: 2-9; protection, sync, persistref: 10-12; columns:
-        // 13-37; limit + 1: 38-58; bit 63 is left for the statement kind.
+        // 13-37; limit: 38; bit 63 is left for the statement kind.
         var shape = UInt64(classIndex) | UInt64(filter.accessGroups.count) << 2
         if filter.protection != nil { shape |= 1 << 10 }
         if filter.sync != nil { shape |= 1 << 11 }
         if filter.persistentID != nil { shape |= 1 << 12 }
         shape |= columnMask << 13
-        if let limit { shape |= UInt64(limit + 1) << 38 }
+        if filter.limit != nil { shape |= 1 << 38 }
         return shape
     }
 

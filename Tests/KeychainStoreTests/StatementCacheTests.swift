@@ -60,6 +60,56 @@ struct StatementCacheTests {
         #expect(a.shape == nil || a.shape != b.shape)
     }
 
+    @Test func aMatchLimitIsBoundSoEveryLimitSharesOneStatement() {
+        var seven = RowFilter(itemClass: .genericPassword, accessGroups: ["g"])
+        seven.limit = 7
+        var million = seven
+        million.limit = 1_000_000
+        let a = ItemTable.selection(seven).clause
+        let b = ItemTable.selection(million).clause
+        #expect(a.conditions() == b.conditions())
+        #expect(a.shape != nil && a.shape == b.shape)
+        #expect(a.values.last == .int(7) && b.values.last == .int(1_000_000))
+    }
+
+    @Test func aFilterWithALimitIsKeyedApartFromOneWithout() {
+        let all = RowFilter(itemClass: .genericPassword, accessGroups: ["g"])
+        var one = all
+        one.limit = 1
+        #expect(ItemTable.selection(all).clause.shape != ItemTable.selection(one).clause.shape)
+    }
+
+    @Test func aStatementSharedByTwoLimitsReturnsEachItsOwnNumberOfRows() throws {
+        let t = try TemporaryStore()
+        for account in ["a", "b", "c", "d"] {
+            try t.add(["class": .string("genp"), "svce": .string("s"), "acct": .string(account), "v_Data": .data([1])])
+        }
+        func rows(limit: Int64) throws -> Int {
+            let query: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "m_Limit": .int(limit)]
+            let prepared = try #require(try t.store.prepareSearch(query, scope: TemporaryStore.app))
+            return try t.store.fetch(prepared).rows.count
+        }
+        #expect(try rows(limit: 3) == 3)
+        #expect(try rows(limit: 1) == 1)
+        #expect(try rows(limit: 1_000_000) == 4)
+    }
+
+    /// The reported exhaustion: each m_Limit value was a statement of its own, cached forever
+    /// (100,000 queries took the daemon from 29 MB to 999 MB).
+    @Test func distinctMatchLimitsLeaveTheCacheWithinItsCapacity() throws {
+        let t = try TemporaryStore()
+        try t.add(["class": .string("genp"), "svce": .string("s"), "acct": .string("a"), "v_Data": .data([1])])
+        for limit in 1...5_000 {
+            let query: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "m_Limit": .int(Int64(limit)),
+                                              "r_Data": .bool(true)]
+            let prepared = try #require(try t.store.prepareSearch(query, scope: TemporaryStore.app))
+            _ = try t.store.finish(prepared, try t.store.fetch(prepared))
+        }
+        let counts = t.store.database.cachedStatementCounts
+        #expect(counts.texts <= SQLiteDatabase.statementCacheCapacity)
+        #expect(counts.shapes <= SQLiteDatabase.statementCacheCapacity)
+    }
+
     /// Attributes are bound too, but which ones a query names shapes its SQL: a key query can
     /// name any of 2^10 sets of hashed columns.
     @Test func distinctAttributeCombinationsLeaveTheCacheWithinItsCapacity() throws {
