@@ -249,6 +249,24 @@ public enum WireCodec {
         }
     }
 
+    /// The bytes `item` takes in a response: pages are cut by it.
+    public static func encodedSize(_ item: ItemResult) -> Int {
+        switch item {
+        case .data(let d): 1 + 4 + d.count
+        case .persistentRef(let d): 1 + 4 + d.count
+        case .attributes(let dict): 1 + 4 + dict.reduce(0) { $0 + 2 + $1.key.utf8.count + encodedSize($1.value) }
+        }
+    }
+
+    static func encodedSize(_ value: AttributeValue) -> Int {
+        switch value {
+        case .string(let s): 1 + 4 + s.utf8.count
+        case .data(let d): 1 + 4 + d.count
+        case .int, .date: 1 + 8
+        case .bool: 1 + 1
+        }
+    }
+
     private static func encode(_ item: ItemResult, into w: inout ByteWriter) {
         switch item {
         case .data(let d): w.u8(1); w.lengthPrefixed(d)

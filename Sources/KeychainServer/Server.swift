@@ -300,7 +300,9 @@ public final class KeychainServer: @unchecked Sendable {
             let response: Response
             do throws(KeychainError) {
                 let request = try WireCodec.decodeRequest(payload)
-                response = executor.submit(request, from: caller)
+                response = executor.submit(request, from: caller) { page in
+                    (try? socket.writeAll(WireCodec.frame(page))) != nil
+                }
                 if response.status != 0 {
                     logger.debug("\(request.operation) from \(caller): \(response.status)")
                 }

@@ -104,11 +104,13 @@ final class StoreExecutor: @unchecked Sendable {
     }
 
     /// Runs `request` against the store, records it in the audit log, and returns its response.
-    func submit(_ request: Request, from caller: Caller) -> Response {
+    /// A long list answer goes in pages: every page but the last is handed to `emit` (which
+    /// sends it, and says false when the client is gone), the last is returned.
+    func submit(_ request: Request, from caller: Caller, emit: (Response) -> Bool = { _ in true }) -> Response {
         settingsLock.lock()
         let current = settings
         settingsLock.unlock()
-        let response = run(request, from: caller, policy: current.policy, reader: current.reader)
+        let response = run(request, from: caller, policy: current.policy, reader: current.reader, emit: emit)
         current.audit?.record(request, caller: caller, app: current.policy.appID(for: caller),
                               defaultGroup: current.policy.scope(for: caller).groups.first, response: response)
         return response
@@ -124,10 +126,11 @@ final class StoreExecutor: @unchecked Sendable {
         settingsLock.unlock()
     }
 
-    private func run(_ request: Request, from caller: Caller, policy: AccessPolicy, reader: RequestHandler?) -> Response {
+    private func run(_ request: Request, from caller: Caller, policy: AccessPolicy, reader: RequestHandler?,
+                     emit: (Response) -> Bool) -> Response {
         if case .copyMatching(let query) = request {
             guard let reader else { return Self.stopping }
-            return search(query, from: caller, request: request, policy: policy, handler: reader)
+            return search(query, from: caller, request: request, policy: policy, handler: reader, emit: emit)
         }
         guard request.writesItems else {
             storeLock.lock()
@@ -164,13 +167,16 @@ final class StoreExecutor: @unchecked Sendable {
     /// A read holds the lock only for its SQL lookup: parsing before it, and decryption and
     /// the result after it, run on the caller's thread alongside other calls.
     private func search(_ query: AttributeDictionary, from caller: Caller, request: Request,
-                        policy: AccessPolicy, handler: RequestHandler) -> Response {
+                        policy: AccessPolicy, handler: RequestHandler, emit: (Response) -> Bool) -> Response {
         let store = handler.store
         do throws(KeychainError) {
             let scope = policy.scope(for: caller)
             if scope.groups.isEmpty { throw KeychainError(.missingEntitlement, policy.refusal(for: caller)) }
             guard let prepared = try store.prepareSearch(query, scope: scope) else {
                 return locked { $0.handle(request, from: caller, policy: policy) }
+            }
+            if store.answersInPages(prepared) {
+                return try searchInPages(prepared, store: store, handler: handler, emit: emit)
             }
             storeLock.lock()
             let fetched: FetchedRows
@@ -189,6 +195,50 @@ final class StoreExecutor: @unchecked Sendable {
         } catch {
             return Response(error: error)
         }
+    }
+
+    /// A list answer, page by page: each page's rows are looked up under the lock (keyset
+    /// paging by rowid), opened and shaped outside it, and sent once about a frame's worth has
+    /// gathered. Memory per call is a page or two, whatever the answer's length.
+    private func searchInPages(_ prepared: PreparedSearch, store: ItemStore, handler: RequestHandler,
+                               emit: (Response) -> Bool) throws(KeychainError) -> Response {
+        var pending: [ItemResult] = []
+        var pendingBytes = 0
+        var matched = 0
+        var corrupt = 0
+        var after: Int64? = 0
+        let wanted = store.wantedMatches(prepared)
+        while let start = after {
+            let selection = store.pageSelection(prepared, after: start)
+            storeLock.lock()
+            let fetched: FetchedRows
+            do throws(KeychainError) {
+                handler.noteActivity()
+                fetched = try store.fetchPage(selection)
+            } catch {
+                storeLock.unlock()
+                throw error
+            }
+            storeLock.unlock()
+            let page = try store.finishPage(prepared, fetched, wanted: wanted.map { $0 - matched })
+            matched += page.matched
+            corrupt += page.corrupt
+            after = page.next
+            for result in page.results {
+                let size = WireCodec.encodedSize(result)
+                if !pending.isEmpty && pendingBytes + size > ItemStore.pageBytes {
+                    guard emit(Response(result: .list(pending), continues: true)) else {
+                        throw KeychainError(.io, "the client left in the middle of a long answer")
+                    }
+                    pending.removeAll(keepingCapacity: true)
+                    pendingBytes = 0
+                }
+                pending.append(result)
+                pendingBytes += size
+            }
+        }
+        guard matched > 0 else { throw ItemStore.nothingFound(corrupt: corrupt) }
+        return Response(result: .list(pending))
     }
 
     private func locked(_ body: (RequestHandler) -> Response) -> Response {

@@ -42,6 +42,9 @@ public struct RowFilter: Sendable {
     public var hashes: [(code: String, hash: [UInt8])] = []
     /// At most this many rows (SQL LIMIT), or all.
     public var limit: Int?
+    /// Only rows after this rowid, in rowid order: one page of a long answer (keyset paging,
+    /// so each page costs an index range, not a re-scan of the pages before it).
+    public var afterRowID: Int64?
 
     public init(itemClass: ItemClass, accessGroups: [String], protection: Protection? = nil, sync: Int64? = nil,
                 persistentID: [UInt8]? = nil, hashes: [(code: String, hash: [UInt8])] = []) {
@@ -192,6 +195,7 @@ public struct ItemTable {
             columnMask |= 1 << UInt64(column)
             values.append(.blob(hash))
         }
+        if let after = filter.afterRowID { values.append(.int(after)) }
         // Bound, not written into the SQL: every limit a caller sends would otherwise be a
         // statement of its own.
         if let limit = filter.limit { values.append(.int(Int64(limit))) }
@@ -201,8 +205,9 @@ public struct ItemTable {
             if filter.sync != nil { sql += " AND sync = ?" }
             if filter.persistentID != nil { sql += " AND persistref = ?" }
             for (code, _) in hashes { sql += " AND h_\(code) = ?" }
-            // No ORDER BY: results come in index order, as in securityd, and a sort would cost
-            // a temporary B-tree on every lookup.
+            // No ORDER BY but for pages: results come in index order, as in securityd, and a
+            // sort would cost a temporary B-tree on every lookup.
+            if filter.afterRowID != nil { sql += " AND rowid > ? ORDER BY rowid" }
             if filter.limit != nil { sql += " LIMIT ?" }
             return sql
         }
@@ -221,13 +226,14 @@ public struct ItemTable {
               filter.accessGroups.count < 256,
               columnMask.nonzeroBitCount == columns.count, columns.allSatisfy({ $0 < 25 }) else { return nil }
         // class: bits 0-1; group count: 2-9; protection, sync, persistref: 10-12; columns:
-        // 13-37; limit: 38; bit 63 is left for the statement kind.
+        // 13-37; limit: 38; page (rowid > ?): 39; bit 63 is left for the statement kind.
         var shape = UInt64(classIndex) | UInt64(filter.accessGroups.count) << 2
         if filter.protection != nil { shape |= 1 << 10 }
         if filter.sync != nil { shape |= 1 << 11 }
         if filter.persistentID != nil { shape |= 1 << 12 }
         shape |= columnMask << 13
         if filter.limit != nil { shape |= 1 << 38 }
+        if filter.afterRowID != nil { shape |= 1 << 39 }
         return shape
     }
 

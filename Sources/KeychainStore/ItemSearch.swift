@@ -73,7 +73,7 @@ extension ItemStore {
     }
 
     /// errSecItemNotFound, or errSecDecode when the only candidates were altered rows.
-    static func nothingFound(corrupt: Int) -> KeychainError {
+    public static func nothingFound(corrupt: Int) -> KeychainError {
         corrupt > 0
             ? KeychainError(.decode, "the matching item cannot be decrypted: its row in the database was altered")
             : KeychainError(.itemNotFound, "no item matches the query")

@@ -22,6 +22,20 @@ public struct PreparedSearch: @unchecked Sendable {
 public struct FetchedRows: @unchecked Sendable {
     let rows: [(row: ItemRow, key: SecureKey)]
     let corrupt: Int
+    /// The last rowid read, where the next page starts.
+    public let lastRowID: Int64
+    /// No row after these (for a page: the search is over).
+    public let exhausted: Bool
+}
+
+/// One page of a long answer: its results, how many rows were altered, and where the search
+/// goes on (nil: it is over).
+public struct SearchPage: Sendable {
+    public let results: [ItemResult]
+    /// Items that matched (there are no results when the query asks for nothing back).
+    public let matched: Int
+    public let corrupt: Int
+    public let next: Int64?
 }
 
 extension ItemStore {
@@ -43,17 +57,78 @@ extension ItemStore {
     /// The candidate rows and their class keys (needs exclusive access). A row of a class whose
     /// key is not loaded fails the whole call, as in `copyMatching`.
     public func fetch(_ prepared: PreparedSearch) throws(KeychainError) -> FetchedRows {
+        try fetch(prepared.selection, maxBytes: nil)
+    }
+
+    /// Whether a search returns a list, which may be long: such answers go in pages.
+    public func answersInPages(_ prepared: PreparedSearch) -> Bool { !prepared.query.limit.returnsSingle }
+
+    /// How many matches the search asks for at most (nil: all).
+    public func wantedMatches(_ prepared: PreparedSearch) -> Int? { prepared.query.limit.maxRows }
+
+    /// The selection of the page after `rowid` (thread-safe, built before taking the lock).
+    public func pageSelection(_ prepared: PreparedSearch, after rowid: Int64) -> ItemTable.Selection {
+        var filter = prepared.plan.filter
+        filter.afterRowID = rowid
+        filter.limit = Self.pageRows
+        return ItemTable.selection(filter)
+    }
+
+    /// Rows of one page: at most `pageRows`, and no more once their sealed bytes reach
+    /// `pageBytes` (needs exclusive access). Memory per page is so bounded whatever the answer.
+    public func fetchPage(_ selection: ItemTable.Selection) throws(KeychainError) -> FetchedRows {
+        try fetch(selection, maxBytes: Self.pageBytes)
+    }
+
+    /// Rows and sealed bytes a page stops at (an answer frame holds about as much).
+    static let pageRows = 256
+    public static let pageBytes = 1 << 20
+
+    private func fetch(_ selection: ItemTable.Selection, maxBytes: Int?) throws(KeychainError) -> FetchedRows {
         var rows: [(row: ItemRow, key: SecureKey)] = []
         var corrupt = 0
-        try table.forEach(prepared.selection) { (row) throws(KeychainError) -> Bool in
+        var bytes = 0
+        var last: Int64 = 0
+        var read = 0
+        var cut = false
+        try table.forEach(selection) { (row) throws(KeychainError) -> Bool in
+            read += 1
+            last = row.rowid
             guard let pdmn = row.protection else {
                 corrupt += 1
                 return true
             }
             rows.append((row, try classKey(pdmn)))
+            bytes += row.blob.count
+            if let maxBytes, bytes >= maxBytes {
+                cut = true
+                return false
+            }
             return true
         }
-        return FetchedRows(rows: rows, corrupt: corrupt)
+        let exhausted = !cut && (maxBytes == nil || read < Self.pageRows)
+        return FetchedRows(rows: rows, corrupt: corrupt, lastRowID: last, exhausted: exhausted)
+    }
+
+    /// Opens, matches and shapes one page (thread-safe), taking at most `wanted` matches.
+    public func finishPage(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?) throws(KeychainError) -> SearchPage {
+        let query = prepared.query
+        let decode = query.returnAttributes || prepared.plan.needsOpening
+        var items: [StoredItem] = []
+        var corrupt = fetched.corrupt
+        for (row, key) in fetched.rows {
+            if let wanted, items.count >= wanted { break }
+            do throws(KeychainError) {
+                let item = try codec.open(row, classKey: key, withAttributes: decode)
+                if prepared.plan.matches(item) { items.append(item) }
+            } catch where error.status == .decode {
+                corrupt += 1
+            }
+        }
+        let done = fetched.exhausted || wanted.map { items.count >= $0 } ?? false
+        var results: [ItemResult] = []
+        if !items.isEmpty, case .list(let shaped) = try result(for: items, query: query, single: false) { results = shaped }
+        return SearchPage(results: results, matched: items.count, corrupt: corrupt, next: done ? nil : fetched.lastRowID)
     }
 
     /// Opens, matches and shapes the result (thread-safe). nil when altered rows inside a SQL

@@ -27,6 +27,7 @@ struct StatementCacheTests {
             filter.hashes.append((codes.randomElement(using: &rng)!, [0xAB]))
         }
         if Bool.random(using: &rng) { filter.limit = [1, 2, 5, 1000].randomElement(using: &rng) }
+        if Int.random(in: 0..<4, using: &rng) == 0 { filter.afterRowID = Int64.random(in: 0...9, using: &rng) }
         return filter
     }
 
