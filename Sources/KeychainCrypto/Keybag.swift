@@ -120,17 +120,7 @@ public struct Keybag: Sendable {
 
     /// Unwraps the passcode classes. Wrong passcode: errSecAuthFailed, nothing changes.
     public mutating func unlock(passcode: some ContiguousByteBuffer, deviceKey: SecureKey) throws(KeychainError) {
-        guard let params = record.passcode else { return }
-        let kek = try Self.kek(passcode: passcode, params: params, deviceKey: deviceKey)
-        var unwrapped: [Protection: SecureKey] = [:]
-        for (pdmn, wrapped) in record.wrappedKeys where pdmn.isPasscodeProtected {
-            do {
-                unwrapped[pdmn] = try unwrap(wrapped, pdmn: pdmn, with: kek, passcodeWrapped: true)
-            } catch {
-                throw KeychainError(.authFailed, "the passcode is not correct")
-            }
-        }
-        loaded.merge(unwrapped) { _, new in new }
+        try apply(unlocking(passcode: passcode, deviceKey: deviceKey))
     }
 
     /// Drops the WhenUnlocked-style class keys (ak, aku, akpu): their guarded memory is zeroed
@@ -147,44 +137,100 @@ public struct Keybag: Sendable {
 
     /// Sets a passcode where there was none. Needs every class key loaded; creates the akpu key.
     public mutating func setPasscode(_ passcode: some ContiguousByteBuffer, parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
-        guard !record.hasPasscode else {
-            throw KeychainError(.param, "a passcode is already set; change it instead")
-        }
-        try requireAllPasscodeClassesLoaded()
-        var keys = loaded
-        keys[.whenPasscodeSetThisDeviceOnly] = SecureKey.random()
-        try rewrap(keys: keys, passcode: passcode, parameters: parameters, deviceKey: deviceKey)
-        loaded = keys
+        try apply(settingPasscode(passcode, parameters: parameters, deviceKey: deviceKey))
     }
 
     /// Replaces the passcode. Items are untouched: only the class keys are rewrapped. The
-    /// keychain stays exactly as locked as it was: the old passcode unwraps the class keys
-    /// into a copy that is rewrapped and dropped, and no key is loaded that was not before
-    /// (docs/security.md, "A passcode change never unlocks").
+    /// keychain stays exactly as locked as it was (docs/security.md, "A passcode change never
+    /// unlocks").
     public mutating func changePasscode(old: some ContiguousByteBuffer, new: some ContiguousByteBuffer, parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
-        guard record.hasPasscode else { throw KeychainError(.param, "no passcode is set; set one instead") }
-        var check = self
-        try check.unlock(passcode: old, deviceKey: deviceKey)
-        try rewrap(keys: check.loaded, passcode: new, parameters: parameters, deviceKey: deviceKey)
+        try apply(changingPasscode(old: old, new: new, parameters: parameters, deviceKey: deviceKey))
     }
 
     /// Removes the passcode: passcode classes go back under the device key and the akpu key is
     /// destroyed (the caller deletes the akpu items in the same transaction).
     public mutating func removePasscode(current: some ContiguousByteBuffer, deviceKey: SecureKey) throws(KeychainError) {
+        try apply(removingPasscode(current: current, deviceKey: deviceKey))
+    }
+
+    // MARK: passcode operations in two steps
+
+    // Each operation is computed from a copy of the keybag (Argon2id: about half a second at
+    // the default cost) by whoever holds that copy, without the store's lock, then applied
+    // to the live keybag under it: the lock is held for microseconds, not for Argon2id.
+
+    /// The passcode classes' keys, unwrapped. Wrong passcode: errSecAuthFailed. Without a
+    /// passcode there is nothing to unwrap: a change that does nothing.
+    public func unlocking(passcode: some ContiguousByteBuffer, deviceKey: SecureKey) throws(KeychainError) -> KeybagChange {
+        guard record.hasPasscode else { return KeybagChange(base: record, record: record) }
+        return KeybagChange(base: record, record: record, loads: try unwrapPasscodeClasses(passcode, deviceKey: deviceKey))
+    }
+
+    /// The record with `passcode` set where there was none, and a new akpu key. Needs every
+    /// class key loaded.
+    public func settingPasscode(_ passcode: some ContiguousByteBuffer, parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) -> KeybagChange {
+        guard !record.hasPasscode else {
+            throw KeychainError(.param, "a passcode is already set; change it instead")
+        }
+        try requireAllPasscodeClassesLoaded()
+        let akpu = SecureKey.random()
+        var keys = loaded
+        keys[.whenPasscodeSetThisDeviceOnly] = akpu
+        return KeybagChange(base: record, record: try rewrapped(keys, passcode: passcode, parameters: parameters, deviceKey: deviceKey),
+                            loads: [.whenPasscodeSetThisDeviceOnly: akpu])
+    }
+
+    /// The record with the class keys rewrapped under `new`. It loads nothing: the old
+    /// passcode unwraps the keys into a copy that is rewrapped and dropped, so the keychain
+    /// stays exactly as locked as it was.
+    public func changingPasscode(old: some ContiguousByteBuffer, new: some ContiguousByteBuffer, parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) -> KeybagChange {
+        guard record.hasPasscode else { throw KeychainError(.param, "no passcode is set; set one instead") }
+        let keys = loaded.merging(try unwrapPasscodeClasses(old, deviceKey: deviceKey)) { _, unwrapped in unwrapped }
+        return KeybagChange(base: record, record: try rewrapped(keys, passcode: new, parameters: parameters, deviceKey: deviceKey))
+    }
+
+    /// The record with every class under the device key and no akpu key; loads every other
+    /// class (without a passcode there is nothing to lock).
+    public func removingPasscode(current: some ContiguousByteBuffer, deviceKey: SecureKey) throws(KeychainError) -> KeybagChange {
         guard record.hasPasscode else { throw KeychainError(.param, "no passcode is set") }
-        var check = self
-        try check.unlock(passcode: current, deviceKey: deviceKey)
-        var keys = check.loaded
+        var keys = loaded.merging(try unwrapPasscodeClasses(current, deviceKey: deviceKey)) { _, unwrapped in unwrapped }
         keys[.whenPasscodeSetThisDeviceOnly] = nil
         var wrapped: [Protection: [UInt8]] = [:]
         for (pdmn, key) in keys {
             wrapped[pdmn] = Self.wrap(key, pdmn: pdmn, with: wrapKey, passcodeWrapped: false)
         }
-        record = KeybagRecord(passcode: nil, wrappedKeys: wrapped)
-        loaded = keys
+        return KeybagChange(base: record, record: KeybagRecord(passcode: nil, wrappedKeys: wrapped),
+                            loads: keys, unloads: [.whenPasscodeSetThisDeviceOnly])
     }
 
-    private mutating func rewrap(keys: [Protection: SecureKey], passcode: some ContiguousByteBuffer, parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) {
+    /// Adopts `change`: its record, and the keys it loads or destroys. Refused, changing
+    /// nothing, if this keybag's record is no longer the one the change was computed from
+    /// (another passcode operation was applied in between): the change's keys would be
+    /// wrapped under, or checked against, a passcode that is no longer the keychain's.
+    public mutating func apply(_ change: KeybagChange) throws(KeychainError) {
+        guard record == change.base else {
+            throw KeychainError(.notAvailable, "the passcode was set, changed or removed while this call was checking it; nothing was done: try again")
+        }
+        record = change.record
+        for pdmn in change.unloads { loaded[pdmn] = nil }
+        loaded.merge(change.loads) { _, new in new }
+    }
+
+    private func unwrapPasscodeClasses(_ passcode: some ContiguousByteBuffer, deviceKey: SecureKey) throws(KeychainError) -> [Protection: SecureKey] {
+        guard let params = record.passcode else { return [:] }
+        let kek = try Self.kek(passcode: passcode, params: params, deviceKey: deviceKey)
+        var unwrapped: [Protection: SecureKey] = [:]
+        for (pdmn, wrapped) in record.wrappedKeys where pdmn.isPasscodeProtected {
+            do {
+                unwrapped[pdmn] = try unwrap(wrapped, pdmn: pdmn, with: kek, passcodeWrapped: true)
+            } catch {
+                throw KeychainError(.authFailed, "the passcode is not correct")
+            }
+        }
+        return unwrapped
+    }
+
+    private func rewrapped(_ keys: [Protection: SecureKey], passcode: some ContiguousByteBuffer, parameters: Argon2Parameters, deviceKey: SecureKey) throws(KeychainError) -> KeybagRecord {
         let params = KeybagRecord.PasscodeParameters(salt: Sodium.randomBytes(Argon2Parameters.saltBytes), argon2: parameters)
         let kek = try Self.kek(passcode: passcode, params: params, deviceKey: deviceKey)
         var wrapped: [Protection: [UInt8]] = [:]
@@ -192,7 +238,7 @@ public struct Keybag: Sendable {
             let byPasscode = pdmn.isPasscodeProtected
             wrapped[pdmn] = Self.wrap(key, pdmn: pdmn, with: byPasscode ? kek : wrapKey, passcodeWrapped: byPasscode)
         }
-        record = KeybagRecord(passcode: params, wrappedKeys: wrapped)
+        return KeybagRecord(passcode: params, wrappedKeys: wrapped)
     }
 
     private func requireAllPasscodeClassesLoaded() throws(KeychainError) {
@@ -224,4 +270,30 @@ public struct Keybag: Sendable {
         }
         return SecureKey(copying: raw)
     }
+}
+
+/// What a passcode operation does to a keybag (unlock, set, change, removal): computed from a
+/// copy, applied with `Keybag.apply` to the keybag it was computed from.
+public struct KeybagChange: Sendable {
+    /// The record the change was computed from; a random salt and nonces make every new record
+    /// unique, so an equal record is the same keybag state, never an earlier one come back.
+    public let base: KeybagRecord
+    /// The record to persist: the base itself when only keys are loaded (an unlock).
+    public let record: KeybagRecord
+    /// Class keys the change makes available.
+    let loads: [Protection: SecureKey]
+    /// Class keys the change destroys.
+    let unloads: [Protection]
+
+    init(base: KeybagRecord, record: KeybagRecord, loads: [Protection: SecureKey] = [:], unloads: [Protection] = []) {
+        self.base = base
+        self.record = record
+        self.loads = loads
+        self.unloads = unloads
+    }
+
+    /// Whether there is a new record to persist.
+    public var changesRecord: Bool { record != base }
+    /// Whether the change destroys `pdmn`'s key (the caller deletes that class's items with it).
+    public func destroys(_ pdmn: Protection) -> Bool { unloads.contains(pdmn) }
 }

@@ -251,6 +251,43 @@ private let allButAkpu = Set(Protection.allCases).subtracting([.whenPasscodeSetT
         }
     }
 
+    // Two steps: computed from a copy (Argon2id, no lock), applied to the live keybag.
+
+    @Test func aChangeComputedBeforeAnotherWasAppliedIsRefusedAndChangesNothing() throws {
+        var bag = try reopen(try withPasscode(), deviceKey: deviceKey)
+        let unlock = try bag.unlocking(passcode: passcode, deviceKey: deviceKey)
+        try bag.changePasscode(old: passcode, new: otherPasscode, parameters: fast, deviceKey: deviceKey)
+        let record = bag.record
+        #expect(thrownStatus { () throws(KeychainError) in try bag.apply(unlock) } == .notAvailable)
+        #expect(bag.record == record)
+        #expect(Set(bag.loaded.keys) == [.always, .alwaysThisDeviceOnly])
+    }
+
+    @Test func computingAChangeLeavesTheKeybagItWasComputedFromAsItWas() throws {
+        let bag = try reopen(try withPasscode(), deviceKey: deviceKey)
+        _ = try bag.unlocking(passcode: passcode, deviceKey: deviceKey)
+        _ = try bag.changingPasscode(old: passcode, new: otherPasscode, parameters: fast, deviceKey: deviceKey)
+        #expect(Set(bag.loaded.keys) == [.always, .alwaysThisDeviceOnly])
+    }
+
+    @Test func anUnlockAppliedAfterAPurgeLoadsEveryClass() throws {
+        var bag = try withPasscode()
+        let unlock = try bag.unlocking(passcode: passcode, deviceKey: deviceKey)
+        bag.purgeWhenUnlockedKeys()
+        try bag.apply(unlock)
+        #expect(Set(bag.loaded.keys) == Set(Protection.allCases))
+    }
+
+    @Test func aPasscodeChangeAppliedAfterAPurgeLoadsNothing() throws {
+        var bag = try withPasscode()
+        let change = try bag.changingPasscode(old: passcode, new: otherPasscode, parameters: fast, deviceKey: deviceKey)
+        bag.purgeWhenUnlockedKeys()
+        try bag.apply(change)
+        #expect(Set(bag.loaded.keys) == [.afterFirstUnlock, .always, .afterFirstUnlockThisDeviceOnly, .alwaysThisDeviceOnly])
+        var again = try reopen(bag, deviceKey: deviceKey)
+        try again.unlock(passcode: otherPasscode, deviceKey: deviceKey)
+    }
+
     @Test func passcodeRecordStoresTheCostItWasMadeWith() throws {
         let bag = try withPasscode()
         #expect(bag.record.passcode?.argon2 == fast)
