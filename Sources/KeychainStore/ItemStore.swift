@@ -98,8 +98,7 @@ public final class ItemStore {
 
     /// Loads the passcode-protected class keys. errSecAuthFailed for a wrong passcode.
     public func unlock(passcode: SecretBytes) throws(KeychainError) {
-        try Self.checkPasscode(passcode)
-        try keybag.unlock(passcode: passcode, deviceKey: deviceKey)
+        try apply(keybagSnapshot().unlock(passcode: passcode))
     }
 
     /// Purges the WhenUnlocked class keys (ak, aku, akpu). Only meaningful with a passcode:
@@ -116,33 +115,40 @@ public final class ItemStore {
 
     /// Sets a passcode where none was set. The keychain must be unlocked.
     public func setPasscode(_ passcode: SecretBytes) throws(KeychainError) {
-        try Self.checkPasscode(passcode)
-        var next = keybag
-        try next.setPasscode(passcode, parameters: configuration.argon2, deviceKey: deviceKey)
-        try database.transaction { () throws(KeychainError) in try table.saveKeybagRecord(next.record.encoded()) }
-        keybag = next
+        try apply(keybagSnapshot().setPasscode(passcode))
     }
 
     /// Changes the passcode: the class keys are rewrapped, items are not touched.
     public func changePasscode(old: SecretBytes, new: SecretBytes) throws(KeychainError) {
-        try Self.checkPasscode(old)
-        try Self.checkPasscode(new)
-        var next = keybag
-        try next.changePasscode(old: old, new: new, parameters: configuration.argon2, deviceKey: deviceKey)
-        try database.transaction { () throws(KeychainError) in try table.saveKeybagRecord(next.record.encoded()) }
-        keybag = next
+        try apply(keybagSnapshot().changePasscode(old: old, new: new))
     }
 
     /// Removes the passcode and, in the same transaction, every WhenPasscodeSetThisDeviceOnly
     /// item (that class cannot exist without a passcode). Returns how many were deleted.
     @discardableResult
     public func removePasscode(current: SecretBytes) throws(KeychainError) -> Int {
-        try Self.checkPasscode(current)
+        try apply(keybagSnapshot().removePasscode(current: current))
+    }
+
+    /// What a passcode operation starts from; its Argon2id then runs without the store.
+    public func keybagSnapshot() -> KeybagSnapshot {
+        KeybagSnapshot(keybag: keybag, deviceKey: deviceKey, argon2: configuration.argon2)
+    }
+
+    /// Adopts a change computed from `keybagSnapshot()`: its record replaces the keybag row
+    /// (with, for a passcode removal, every WhenPasscodeSetThisDeviceOnly item deleted) in one
+    /// transaction, then its keys are loaded. errSecNotAvailable, changing nothing, if another
+    /// change was adopted since that snapshot. Returns how many items were deleted.
+    @discardableResult
+    public func apply(_ change: KeybagChange) throws(KeychainError) -> Int {
         var next = keybag
-        try next.removePasscode(current: current, deviceKey: deviceKey)
-        let deleted = try database.transaction { () throws(KeychainError) -> Int in
-            try table.saveKeybagRecord(next.record.encoded())
-            return try table.deleteAll(protection: .whenPasscodeSetThisDeviceOnly)
+        try next.apply(change)
+        var deleted = 0
+        if change.changesRecord {
+            deleted = try database.transaction { () throws(KeychainError) -> Int in
+                try table.saveKeybagRecord(change.record.encoded())
+                return change.destroys(.whenPasscodeSetThisDeviceOnly) ? try table.deleteAll(protection: .whenPasscodeSetThisDeviceOnly) : 0
+            }
         }
         keybag = next
         return deleted
