@@ -208,9 +208,7 @@ public struct Keybag: Sendable {
     /// (another passcode operation was applied in between): the change's keys would be
     /// wrapped under, or checked against, a passcode that is no longer the keychain's.
     public mutating func apply(_ change: KeybagChange) throws(KeychainError) {
-        guard record == change.base else {
-            throw KeychainError(.notAvailable, "the passcode was set, changed or removed while this call was checking it; nothing was done: try again")
-        }
+        guard record == change.base else { throw KeybagChange.superseded }
         record = change.record
         for pdmn in change.unloads { loaded[pdmn] = nil }
         loaded.merge(change.loads) { _, new in new }
@@ -291,6 +289,10 @@ public struct KeybagChange: Sendable {
         self.loads = loads
         self.unloads = unloads
     }
+
+    /// Another change was applied since this one's base was copied.
+    public static let superseded = KeychainError(
+        .notAvailable, "the passcode was set, changed or removed while this call was checking it; nothing was done: try again")
 
     /// Whether there is a new record to persist.
     public var changesRecord: Bool { record != base }

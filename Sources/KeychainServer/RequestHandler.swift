@@ -21,7 +21,7 @@ public struct LockPolicy: Sendable, Equatable {
 
 /// Turns one request into one response against the store, and owns the lock state and the
 /// wrong-passcode counter. Used only under the StoreExecutor's lock, so it needs no locking of
-/// its own.
+/// its own; a call that derives a key runs its Argon2id between two of its steps, without it.
 final class RequestHandler {
     let store: ItemStore
     let lockPolicy: LockPolicy
@@ -44,13 +44,45 @@ final class RequestHandler {
     }
 
     /// `policy` is the access policy in force for this call (a reload may replace it between
-    /// calls).
+    /// calls). A call that derives a key runs all its steps here, holding whatever lock the
+    /// caller holds throughout; the StoreExecutor runs them one by one instead.
     func handle(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
+        switch begin(request, from: caller, policy: policy) {
+        case .answered(let response):
+            return response
+        case .derive(let derivation):
+            return finish(derivation, Result { () throws(KeychainError) in try derivation.run() }, from: caller)
+        }
+    }
+
+    enum Step {
+        case answered(Response)
+        /// The call continues with Argon2id, then `finish`.
+        case derive(Derivation)
+    }
+
+    /// Checks a call and runs it, or, for one that derives a key, checks it (the wrong-passcode
+    /// delay included: no Argon2id runs during a delay) and copies what its derivation needs.
+    func begin(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Step {
         // A monitor polling status must not keep the keychain from auto-locking.
         if request != .status { noteActivity() }
         defer { if request.isAdministrative { settle() } }
         do {
-            return try perform(request, caller: caller, policy: policy)
+            let scope = try authorize(request, caller: caller, policy: policy)
+            if let derivation = try prepare(request) { return .derive(derivation) }
+            return .answered(try perform(request, scope: scope, caller: caller))
+        } catch {
+            return .answered(Response(error: error))
+        }
+    }
+
+    /// Installs what a derivation produced: the keybag change (counted as a right or wrong
+    /// passcode), the sealed backup, the restored items.
+    func finish(_ derivation: Derivation, _ outcome: Result<Derivation.Output, KeychainError>, from caller: Caller) -> Response {
+        noteActivity()
+        defer { settle() }
+        do {
+            return try install(derivation, outcome, caller: caller)
         } catch {
             return Response(error: error)
         }
@@ -67,7 +99,7 @@ final class RequestHandler {
 
     func noteActivity() { machine.activity(at: clock.monotonic()) }
 
-    private func perform(_ request: Request, caller: Caller, policy: AccessPolicy) throws(KeychainError) -> Response {
+    private func authorize(_ request: Request, caller: Caller, policy: AccessPolicy) throws(KeychainError) -> AccessScope {
         if request.isAdministrative && !policy.isAdmin(caller) {
             throw KeychainError(.missingEntitlement, "\(request.operation) is an admin call; uid \(caller.uid) is not an admin of this keychaind")
         }
@@ -75,6 +107,84 @@ final class RequestHandler {
         if scope.groups.isEmpty && request.needsAccessGroups {
             throw KeychainError(.missingEntitlement, policy.refusal(for: caller))
         }
+        return scope
+    }
+
+    /// The derivation of a call that derives a key, after its checks; nil for any other call.
+    private func prepare(_ request: Request) throws(KeychainError) -> Derivation? {
+        switch request {
+        case .unlock(let passcode):
+            guard store.hasPasscode else { return nil }  // always unlocked without one: perform answers
+            try checkThrottle()
+            return .unlock(store.keybagSnapshot(), passcode: passcode)
+        case .setPasscode(let new):
+            return .setPasscode(store.keybagSnapshot(), new: new)
+        case .changePasscode(let old, let new):
+            try checkThrottle()
+            return .changePasscode(store.keybagSnapshot(), old: old, new: new)
+        case .removePasscode(let current):
+            try checkThrottle()
+            return .removePasscode(store.keybagSnapshot(), current: current)
+        case .backupBegin(let password):
+            try ItemStore.checkBackupPassword(password)
+            // Exported under the lock (one consistent view, and the keys it needs are loaded);
+            // encoded and sealed without it.
+            let (items, excluded) = try store.exportMigratableItems()
+            return .backup(items: items, excluded: excluded, password: password, parameters: store.configuration.argon2)
+        case .restoreCommit(let session, let password, let onConflict):
+            guard let policy = ConflictPolicy(rawValue: onConflict) else {
+                throw KeychainError(.param, "on-conflict must be skip, replace or fail")
+            }
+            return .restore(file: try transfers.take(session), password: password, onConflict: policy)
+        default:
+            return nil
+        }
+    }
+
+    private func install(_ derivation: Derivation, _ outcome: Result<Derivation.Output, KeychainError>,
+                         caller: Caller) throws(KeychainError) -> Response {
+        // A passcode call computed from a keybag another one has replaced since is not counted:
+        // its verdict was on a passcode that may no longer be the keychain's.
+        if let snapshot = derivation.snapshot, !store.isCurrent(snapshot) { throw KeybagChange.superseded }
+        switch derivation {
+        case .unlock:
+            try counted(outcome) { (change) throws(KeychainError) in try store.apply(change) }
+            machine.unlocked(at: clock.monotonic())
+            log("unlocked by \(caller)")
+        case .setPasscode:
+            try store.apply(try outcome.get().keybagChange())
+            log("passcode set by \(caller)")
+        case .changePasscode:
+            try counted(outcome) { (change) throws(KeychainError) in try store.apply(change) }
+            log("passcode changed by \(caller)")
+        case .removePasscode:
+            let deleted = try counted(outcome) { (change) throws(KeychainError) in try store.apply(change) }
+            machine.passcodeRemoved(at: clock.monotonic())
+            log("passcode removed by \(caller); \(deleted) when-passcode-set item(s) deleted")
+        case .backup:
+            guard case .backupFile(let file, let items, let excluded, let note) = try outcome.get() else {
+                throw KeychainError(.internal, "a backup derived no file")
+            }
+            let session = try transfers.offer(file, at: clock.monotonic())
+            log("backup of \(items) item(s) for \(caller); \(excluded) ThisDeviceOnly item(s) left out")
+            return Response(result: .single(.attributes([
+                "session": .int(Int64(session)), "size": .int(Int64(file.count)),
+                "items": .int(Int64(items)), "excluded": .int(Int64(excluded)), "note": .string(note)])))
+        case .restore(_, _, let onConflict):
+            guard case .restoredItems(let items, let header) = try outcome.get() else {
+                throw KeychainError(.internal, "a restore derived no items")
+            }
+            let summary = try store.importItems(items, onConflict: onConflict)
+            log("restore for \(caller): \(summary.restored) restored, \(summary.skipped) skipped, \(summary.replaced) replaced")
+            return Response(result: .single(.attributes([
+                "restored": .int(Int64(summary.restored)), "skipped": .int(Int64(summary.skipped)),
+                "replaced": .int(Int64(summary.replaced)), "excluded": .int(Int64(header.excludedCount)),
+                "note": .string(header.note)])))
+        }
+        return Response()
+    }
+
+    private func perform(_ request: Request, scope: AccessScope, caller: Caller) throws(KeychainError) -> Response {
         switch request {
         case .add(let dict):
             return Response(result: try store.add(dict, scope: scope))
@@ -91,23 +201,8 @@ final class RequestHandler {
                 throw KeychainError(.param, "no passcode is set, so the keychain cannot be locked; set one with `keychain passcode set`")
             }
             lock(reason: "lock call from \(caller)")
-        case .unlock(let passcode):
-            guard store.hasPasscode else { return Response() }  // always unlocked without one
-            try withThrottle { () throws(KeychainError) in try store.unlock(passcode: passcode) }
-            machine.unlocked(at: clock.monotonic())
-            log("unlocked by \(caller)")
-        case .setPasscode(let new):
-            try store.setPasscode(new)
-            log("passcode set by \(caller)")
-        case .changePasscode(let old, let new):
-            try withThrottle { () throws(KeychainError) in try store.changePasscode(old: old, new: new) }
-            log("passcode changed by \(caller)")
-        case .removePasscode(let current):
-            let deleted = try withThrottle { () throws(KeychainError) in try store.removePasscode(current: current) }
-            machine.passcodeRemoved(at: clock.monotonic())
-            log("passcode removed by \(caller); \(deleted) when-passcode-set item(s) deleted")
-        case .backupBegin(let password):
-            return Response(result: .single(.attributes(try backup(password: password, caller: caller))))
+        case .unlock:
+            return Response()  // no passcode: always unlocked (with one, the call derives a key)
         case .backupRead(let session, let offset):
             return Response(result: .single(.data(SecretBytes(try transfers.read(session, offset: offset)))))
         case .restoreBegin(let size):
@@ -115,43 +210,10 @@ final class RequestHandler {
             return Response(result: .single(.attributes(["session": .int(Int64(session))])))
         case .restoreWrite(let session, let offset, let bytes):
             try transfers.write(session, offset: offset, bytes: bytes)
-        case .restoreCommit(let session, let password, let onConflict):
-            return Response(result: .single(.attributes(try restore(session, password: password, onConflict: onConflict, caller: caller))))
+        case .setPasscode, .changePasscode, .removePasscode, .backupBegin, .restoreCommit:
+            throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
         }
         return Response()
-    }
-
-    /// Seals every migratable item into a backup file held for the client to read.
-    private func backup(password: SecretBytes, caller: Caller) throws(KeychainError) -> AttributeDictionary {
-        try ItemStore.checkBackupPassword(password)
-        let (items, excluded) = try store.exportMigratableItems()
-        let payload = BackupPayload.encode(items)
-        let note = excluded == 0 ? "no ThisDeviceOnly items" :
-            "\(excluded) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
-        let file = try BackupFile.seal(payload: payload, itemCount: items.count, excludedCount: excluded, note: note,
-                                       password: password, parameters: store.configuration.argon2)
-        let session = try transfers.offer(file, at: clock.monotonic())
-        log("backup of \(items.count) item(s) for \(caller); \(excluded) ThisDeviceOnly item(s) left out")
-        return ["session": .int(Int64(session)), "size": .int(Int64(file.count)),
-                "items": .int(Int64(items.count)), "excluded": .int(Int64(excluded)), "note": .string(note)]
-    }
-
-    /// Opens a received backup file and restores it in one transaction.
-    private func restore(_ session: UInt64, password: SecretBytes, onConflict: String, caller: Caller) throws(KeychainError) -> AttributeDictionary {
-        guard let policy = ConflictPolicy(rawValue: onConflict) else {
-            throw KeychainError(.param, "on-conflict must be skip, replace or fail")
-        }
-        let file = try transfers.take(session)
-        let (header, payload) = try BackupFile.open(file, password: password)
-        let items = try BackupPayload.decode(payload)
-        guard items.count == header.itemCount else {
-            throw KeychainError(.decode, "the backup holds \(items.count) items but its header says \(header.itemCount)")
-        }
-        let summary = try store.importItems(items, onConflict: policy)
-        log("restore for \(caller): \(summary.restored) restored, \(summary.skipped) skipped, \(summary.replaced) replaced")
-        return ["restored": .int(Int64(summary.restored)), "skipped": .int(Int64(summary.skipped)),
-                "replaced": .int(Int64(summary.replaced)), "excluded": .int(Int64(header.excludedCount)),
-                "note": .string(header.note)]
     }
 
     /// A lock event from any source: the keys go at once or after the grace period.
@@ -183,23 +245,31 @@ final class RequestHandler {
         settle()
     }
 
-    /// Runs a passcode check under the escalating-delay schedule: refused while a delay is in
-    /// force; a wrong passcode counts (and may erase, if configured); a right one resets.
-    private func withThrottle<T>(_ body: () throws(KeychainError) -> T) throws(KeychainError) -> T {
-        let now = clock.wall()
-        let wait = throttle.retryAfter(at: now)
+    /// The escalating-delay schedule, before a passcode check: refused while a delay is in
+    /// force, before any Argon2id, so that a guesser cannot even spend the daemon's time.
+    private func checkThrottle() throws(KeychainError) {
+        let wait = throttle.retryAfter(at: clock.wall())
         guard wait <= 0 else {
             throw KeychainError(.authFailed, "too many wrong passcodes (\(throttle.failures)): try again in \(Int(wait.rounded(.up))) s")
         }
+    }
+
+    /// The schedule after a passcode check: a wrong passcode counts (and may erase, if
+    /// configured); a right one resets once `install` has applied its change. Checks run one
+    /// at a time (the StoreExecutor's derivation gate), so each is counted before the next
+    /// one's `checkThrottle`, as when every check ran under the store's lock.
+    @discardableResult
+    private func counted<T>(_ outcome: Result<Derivation.Output, KeychainError>,
+                            _ install: (KeybagChange) throws(KeychainError) -> T) throws(KeychainError) -> T {
         do {
-            let result = try body()
+            let result = try install(try outcome.get().keybagChange())
             if throttle.failures > 0 {
                 throttle.succeeded()
                 try? store.savePasscodeFailures(0, lastFailure: 0)
             }
             return result
         } catch where error.status == .authFailed {
-            throttle.failed(at: now)
+            throttle.failed(at: clock.wall())
             try? store.savePasscodeFailures(throttle.failures, lastFailure: throttle.lastFailure)
             log("wrong passcode (\(throttle.failures) in a row)")
             if lockPolicy.eraseAfterFailures > 0 && throttle.failures >= lockPolicy.eraseAfterFailures {

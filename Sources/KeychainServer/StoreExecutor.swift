@@ -10,7 +10,8 @@ import Synchronization
 /// lock; whoever holds it runs every queued write in one transaction with a single fsync, so
 /// eight clients adding at once pay for about one durable commit, not eight. A writer whose
 /// request a previous holder already committed finds it done and returns at once. Every
-/// reply is sent only after its commit.
+/// reply is sent only after its commit. A call that runs Argon2id (unlock, passcode changes,
+/// backup, restore) holds the lock before and after it, not during it.
 final class StoreExecutor: @unchecked Sendable {
     private final class Job {
         let request: Request
@@ -30,6 +31,12 @@ final class StoreExecutor: @unchecked Sendable {
     /// Guards `handler` (and so the store) and every Job's response.
     private let storeLock = NSLock()
     private var handler: RequestHandler?
+    /// Held by a call that derives a key from its first step to its last, so that one Argon2id
+    /// runs at a time: it takes 256 MiB at the default cost, and clients sending many at once
+    /// would otherwise take a multiple of it. It also queues passcode checks behind each
+    /// other as the store's lock did, so that each wrong passcode is counted before the next
+    /// check looks at the wrong-passcode delay. Taken before `storeLock`, never after.
+    private let derivationGate = Mutex<Void>(())
     /// Guards `pending`: writes waiting for the next group commit.
     private let queueLock = NSLock()
     private var pending: [Job] = []
@@ -132,6 +139,11 @@ final class StoreExecutor: @unchecked Sendable {
             guard let reader else { return Self.stopping }
             return search(query, from: caller, request: request, policy: policy, handler: reader, emit: emit)
         }
+        if request.derivesKey {
+            let response = deriving(request, from: caller, policy: policy)
+            wakeTimer()
+            return response
+        }
         guard request.writesItems else {
             storeLock.lock()
             let response = handler?.handle(request, from: caller, policy: policy) ?? Self.stopping
@@ -162,6 +174,20 @@ final class StoreExecutor: @unchecked Sendable {
         }
         for j in group { j.done = true }
         return job.response
+    }
+
+    /// A call that runs Argon2id holds the store's lock only to check it and copy what it needs,
+    /// and to install the result: every other call goes on meanwhile.
+    private func deriving(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
+        derivationGate.withLock { _ in
+            let step = storeLock.withLock { handler?.begin(request, from: caller, policy: policy) }
+            guard case .derive(let derivation)? = step else {
+                if case .answered(let response)? = step { return response }
+                return Self.stopping
+            }
+            let outcome = Result { () throws(KeychainError) in try derivation.run() }
+            return storeLock.withLock { handler?.finish(derivation, outcome, from: caller) } ?? Self.stopping
+        }
     }
 
     /// A read holds the lock only for its SQL lookup: parsing before it, and decryption and

@@ -135,6 +135,9 @@ public final class ItemStore {
         KeybagSnapshot(keybag: keybag, deviceKey: deviceKey, argon2: configuration.argon2)
     }
 
+    /// Whether no passcode change was adopted since `snapshot` was taken.
+    public func isCurrent(_ snapshot: KeybagSnapshot) -> Bool { keybag.record == snapshot.keybag.record }
+
     /// Adopts a change computed from `keybagSnapshot()`: its record replaces the keybag row
     /// (with, for a passcode removal, every WhenPasscodeSetThisDeviceOnly item deleted) in one
     /// transaction, then its keys are loaded. errSecNotAvailable, changing nothing, if another
