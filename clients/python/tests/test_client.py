@@ -109,3 +109,19 @@ def test_an_unreachable_daemon_is_service_not_available():
     with pytest.raises(KeychainError) as e:
         Connection("/tmp/no-such-keychaind.sock").status()
     assert e.value.status == Status.SERVICE_NOT_AVAILABLE
+
+
+def test_a_list_longer_than_one_frame_arrives_whole_in_pages(conn):
+    label = "L" * 1000
+    for i in range(1500):  # about 1.6 MB of attributes: more than one frame
+        conn.add({"class": "genp", "svce": "long", "acct": "a%d" % i, "labl": label, "v_Data": b"x"})
+    items = conn.copy_matching({"class": "genp", "svce": "long", "m_Limit": "m_LimitAll", "r_Attributes": True})
+    assert sorted(a["acct"] for a in items) == sorted("a%d" % i for i in range(1500))
+
+
+def test_several_large_secrets_arrive_in_one_answer(conn):
+    secrets = [bytes([i + 1]) * (1 << 20) for i in range(3)]
+    for i, s in enumerate(secrets):
+        conn.add({"class": "genp", "svce": "big", "acct": "b%d" % i, "v_Data": s})
+    got = conn.copy_matching({"class": "genp", "svce": "big", "m_Limit": "m_LimitAll", "r_Data": True})
+    assert sorted(got) == sorted(secrets)
