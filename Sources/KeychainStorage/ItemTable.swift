@@ -200,9 +200,13 @@ public struct ItemTable {
         // statement of its own.
         if let limit = filter.limit { values.append(.int(Int64(limit))) }
         let conditions = { () -> String in
-            var sql = " AND agrp IN (\(filter.accessGroups.map { _ in "?" }.joined(separator: ", ")))"
+            // A page walks rows in rowid order: unary + keeps agrp and sync from choosing an
+            // index whose order is not rowid's (a sort of every match, on every page, made a
+            // 200,000-item list quadratic); a hashed column's index or the rowid range serves.
+            let page = filter.afterRowID == nil ? "" : "+"
+            var sql = " AND \(page)agrp IN (\(filter.accessGroups.map { _ in "?" }.joined(separator: ", ")))"
             if filter.protection != nil { sql += " AND pdmn = ?" }
-            if filter.sync != nil { sql += " AND sync = ?" }
+            if filter.sync != nil { sql += " AND \(page)sync = ?" }
             if filter.persistentID != nil { sql += " AND persistref = ?" }
             for (code, _) in hashes { sql += " AND h_\(code) = ?" }
             // No ORDER BY but for pages: results come in index order, as in securityd, and a

@@ -14,6 +14,12 @@ struct Options {
     var backupItems = 10_000
     /// Unlocks for the get-during-unlock figure, which then runs alone; 0: not run.
     var duringUnlock = 0
+    /// Items for the long-list memory figure (one m_LimitAll attributes query, as `keychain
+    /// list` makes), which then runs alone; 0: not run.
+    var listItems = 0
+    /// 1 MiB items for the large-answer memory figure (four concurrent m_LimitAll + r_Data
+    /// queries), which then runs alone; 0: not run.
+    var bigItems = 0
     /// Which figures to run (profiling one operation at a time); all by default.
     var ops: Set<String> = ["status", "add", "get", "update", "delete"]
     /// KeychainConnection's busyPollMicroseconds (0: the client sleeps for every answer).
@@ -30,10 +36,12 @@ struct Options {
             case "--skip-cli": skipCLI = true
             case "--backup": backupItems = Int(args[i + 1]) ?? backupItems; i += 1
             case "--during-unlock": duringUnlock = Int(args[i + 1]) ?? duringUnlock; i += 1
+            case "--list": listItems = Int(args[i + 1]) ?? listItems; i += 1
+            case "--big-items": bigItems = Int(args[i + 1]) ?? bigItems; i += 1
             case "--client-poll-us": clientPollMicroseconds = Int(args[i + 1]) ?? clientPollMicroseconds; i += 1
             case "--ops": ops = Set(args[i + 1].split(separator: ",").map(String.init)); i += 1
             default:
-                print("usage: keychain-bench [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS]")
+                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS]")
                 exit(64)
             }
             i += 1
@@ -290,6 +298,125 @@ func printGets(_ name: String, _ latencies: [UInt64], seconds: Double, _ suffix:
                         lat.count, Double(lat.count) / seconds, percentile(lat, 0.5), percentile(lat, 0.99),
                         Double(lat.last ?? 0) / 1000) + suffix)
     fflush(nil)
+}
+
+/// The daemon's anonymous memory (RssAnon: its own, not the file pages SQLite maps), sampled
+/// every few milliseconds from another thread while a figure runs.
+final class AnonymousMemory: @unchecked Sendable {
+    private let pid: Int32
+    private let lock = NSLock()
+    private var peakKiB = 0
+    private var running = true
+    private let done = DispatchSemaphore(value: 0)
+
+    init(pid: Int32) {
+        self.pid = pid
+        Thread { [self] in
+            while lock.withLock({ running }) {
+                let now = Self.read(pid)
+                lock.withLock { peakKiB = max(peakKiB, now) }
+                usleep(5_000)
+            }
+            done.signal()
+        }.start()
+    }
+
+    static func read(_ pid: Int32) -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("RssAnon:") }) else { return 0 }
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
+    }
+
+    /// Stops sampling; the peak in MiB.
+    func stop() -> Double {
+        lock.withLock { running = false }
+        done.wait()
+        return Double(lock.withLock { peakKiB }) / 1024
+    }
+}
+
+/// Adds `count` items made by `make` from 8 clients at once.
+func fill(_ count: Int, socket: String, _ make: @escaping @Sendable (Int) -> AttributeDictionary) {
+    let group = DispatchGroup()
+    for client in 0..<8 {
+        group.enter()
+        Thread {
+            let c = KeychainConnection(socketPath: socket)
+            for i in stride(from: client, to: count, by: 8) { _ = try? c.add(make(i)) }
+            group.leave()
+        }.start()
+    }
+    group.wait()
+}
+
+/// `--list N` and `--big-items N`: the daemon's memory while it answers one long list, and
+/// four concurrent answers carrying 1 MiB secrets (docs/performance.md, "Long answers").
+func longAnswers(socket: String, pid: Int32) {
+    if options.listItems > 0 {
+        fill(options.listItems, socket: socket) { i in
+            ["class": .string("genp"), "svce": .string("list"), "acct": .string("account-\(i)"),
+             "labl": .string("label of item \(i)"), "v_Data": .data(Array("secret-\(i)".utf8))]
+        }
+        let start = Double(AnonymousMemory.read(pid)) / 1024
+        let memory = AnonymousMemory(pid: pid)
+        let t0 = now()
+        let c = KeychainConnection(socketPath: socket)
+        let count: Int
+        if case .list(let items)? = try? c.copyMatching(["class": .string("genp"), "m_Limit": .string("m_LimitAll"),
+                                                         "r_Attributes": .bool(true)]) {
+            count = items.count
+        } else {
+            count = -1
+        }
+        let ms = Double(now() - t0) / 1e6
+        print(String(format: "list   n=%-7d listed=%d  time=%.0fms  rss_anon_start=%.1fMB  rss_anon_peak=%.1fMB  (target < 128 MB)",
+                     options.listItems, count, ms, start, memory.stop()))
+    }
+    if options.bigItems > 0 {
+        fill(options.bigItems, socket: socket) { i in
+            ["class": .string("genp"), "svce": .string("big"), "acct": .string("big-\(i)"),
+             "v_Data": .data([UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 1 << 20))]
+        }
+        let start = Double(AnonymousMemory.read(pid)) / 1024
+        let memory = AnonymousMemory(pid: pid)
+        let t0 = now()
+        let answered = Locked(0)
+        let group = DispatchGroup()
+        for _ in 0..<4 {
+            group.enter()
+            Thread {
+                let c = KeychainConnection(socketPath: socket)
+                if case .list(let items)? = try? c.copyMatching(["class": .string("genp"), "svce": .string("big"),
+                                                                 "m_Limit": .string("m_LimitAll"), "r_Data": .bool(true)]) {
+                    answered.withLock { $0 += items.count }
+                }
+                group.leave()
+            }.start()
+        }
+        group.wait()
+        let ms = Double(now() - t0) / 1e6
+        print(String(format: "big    n=%-7d c=4  returned=%d  time=%.0fms  rss_anon_start=%.1fMB  rss_anon_peak=%.1fMB  (target < 256 MB)",
+                     options.bigItems, answered.withLock { $0 }, ms, start, memory.stop()))
+    }
+}
+
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLock<R>(_ body: (inout Value) -> R) -> R { lock.withLock { body(&value) } }
+}
+
+if options.listItems > 0 || options.bigItems > 0 {
+    guard let (p, _, dir) = daemon else {
+        print("--list and --big-items measure the bench's own keychaind (no --socket)")
+        exit(64)
+    }
+    longAnswers(socket: socket, pid: p.processIdentifier)
+    p.terminate()
+    p.waitUntilExit()
+    try? FileManager.default.removeItem(atPath: dir)
+    exit(0)
 }
 
 if options.duringUnlock > 0 {
