@@ -14,11 +14,13 @@ run: deps
 	$(SWIFT) run keychaind
 
 # The whole suite: the Swift tests, then the Python client's against the real daemon (in a
-# virtual environment .venv that scripts/test-python makes). KEYCHAIND_INSECURE_FAST_KDF=1
+# virtual environment .venv that scripts/test-python makes), then a package that depends on
+# keychaind by version and uses KeychainClient (scripts/check-consumer). KEYCHAIND_INSECURE_FAST_KDF=1
 # lowers Argon2id to libsodium's minimum for speed; never set it for a real daemon.
 test: deps
 	KEYCHAIND_INSECURE_FAST_KDF=1 $(SWIFT) test
 	scripts/test-python
+	scripts/check-consumer
 
 bench: deps
 	$(SWIFT) run -c release keychain-bench

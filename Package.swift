@@ -4,13 +4,12 @@ import PackageDescription
 // Dependencies run one way: KeychainModel is pure Swift and shared by everything;
 // only KeychainCrypto imports libsodium and only KeychainStorage imports SQLite;
 // KeychainStore is the SecItem engine built on the three; executables are thin mains.
-/// Lets callers in other modules specialise this module's generic code (ByteWriter, the
-/// attribute codec...): without it every call goes through runtime generic metadata.
-let crossModule: [SwiftSetting] = [.unsafeFlags(["-cross-module-optimization"], .when(configuration: .release))]
+// No unsafe flags on library targets: SwiftPM refuses a package with them as a dependency, and
+// KeychainClient is meant to be one. The Makefile's release and bench builds pass
+// -cross-module-optimization on the command line instead (docs/performance.md).
 
 let package = Package(
     name: "keychaind",
-    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "keychaind", targets: ["Keychaind"]),
         .executable(name: "keychain", targets: ["keychain"]),
@@ -33,18 +32,17 @@ let package = Package(
             name: "CSQLite",
             providers: [.apt(["libsqlite3-dev"])]
         ),
-        .target(name: "KeychainModel", swiftSettings: crossModule),
-        .target(name: "KeychainCrypto", dependencies: ["CSodium", "KeychainModel"], swiftSettings: crossModule),
-        .target(name: "KeychainStorage", dependencies: ["CSQLite", "KeychainModel"], swiftSettings: crossModule),
+        .target(name: "KeychainModel"),
+        .target(name: "KeychainCrypto", dependencies: ["CSodium", "KeychainModel"]),
+        .target(name: "KeychainStorage", dependencies: ["CSQLite", "KeychainModel"]),
         .target(
             name: "KeychainStore",
-            dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage"],
-            swiftSettings: crossModule
+            dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage"]
         ),
         // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl): used by the daemon only.
         .target(name: "CSystemShim"),
         // Wire format and socket I/O, shared by daemon and client (no crypto, no storage).
-        .target(name: "KeychainProtocol", dependencies: ["KeychainModel"], swiftSettings: crossModule),
+        .target(name: "KeychainProtocol", dependencies: ["KeychainModel"]),
         .target(
             name: "KeychainServer",
             dependencies: [
@@ -52,7 +50,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "KeychainClient", dependencies: ["KeychainProtocol", "KeychainModel"], swiftSettings: crossModule),
+        .target(name: "KeychainClient", dependencies: ["KeychainProtocol", "KeychainModel"]),
         .target(name: "KeychainCLI", dependencies: ["KeychainClient"]),
         .executableTarget(
             name: "Keychaind",

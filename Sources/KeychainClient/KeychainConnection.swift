@@ -19,10 +19,11 @@ public final class KeychainConnection: Sendable {
     /// Longest wait for an answer; keychaind answers at once even when locked, so hitting this
     /// means the daemon is wedged, not that it is waiting for a user.
     public let timeoutMs: Int32
-    /// How long a read (a search, a status call) watches for its answer before sleeping; 0:
-    /// sleep at once. On a virtual machine, waking a halted CPU for the answer costs about as
-    /// much as the daemon's work on a get; watching, the caller yields its CPU to anything
-    /// else runnable there, so it never delays the daemon or other threads.
+    /// How long a read (a search, a status call) watches for its answer before sleeping; 0
+    /// (the default): sleep at once. On a virtual machine, waking a halted CPU for the answer
+    /// costs about as much as the daemon's work on a get, so a latency-bound caller (the bench)
+    /// may turn this on; watching yields the CPU to anything else runnable, but a library must
+    /// not spend its host's CPU unless asked to.
     public let busyPollMicroseconds: Int
     /// Which daemons this connection talks to; nil: root, the caller, and KEYCHAIN_TRUST_UID.
     public let trust: ServerTrust?
@@ -37,7 +38,7 @@ public final class KeychainConnection: Sendable {
 
     /// `socketPath` nil means KEYCHAIN_SOCKET, else the default path (docs/protocol.md).
     /// The default `busyPollMicroseconds`.
-    public static let defaultBusyPollMicroseconds = 40
+    public static let defaultBusyPollMicroseconds = 0
 
     /// `trust` nil: daemons running as root or as the caller, or as the uid KEYCHAIN_TRUST_UID
     /// names; any other is refused before a byte is sent (errSecServiceNotAvailable).
@@ -148,7 +149,8 @@ public final class KeychainConnection: Sendable {
     // MARK: transport
 
     /// Sends one request and returns the daemon's successful response, or throws its error.
-    public func call(_ request: Request) throws(KeychainError) -> Response {
+    /// Internal: the wire enum is the protocol's, not the client's API.
+    func call(_ request: Request) throws(KeychainError) -> Response {
         let frame = WireCodec.frame(request)
         let response = try socket.withLock { (current) throws(KeychainError) -> Response in
             try exchange(frame, current: &current, retryable: Self.isSafeToRepeat(request),

@@ -17,11 +17,15 @@ struct ClientTests {
         expectStatus(.itemNotFound) { _ = try c.copyMatching(item) }
     }
 
+    @Test func aConnectionDoesNotBusyPollUnlessAsked() {
+        #expect(KeychainConnection(socketPath: "/nonexistent").busyPollMicroseconds == 0)
+    }
+
     /// Back-to-back reads are where both sides watch instead of sleeping (BusyPoll on the
     /// daemon, ReadPace in the client): answers must be the same either way.
     @Test func backToBackReadsAnswerTheSameWhetherTheClientWatchesOrSleeps() throws {
         let d = try RunningDaemon()
-        let watching = KeychainConnection(socketPath: d.socketPath)
+        let watching = KeychainConnection(socketPath: d.socketPath, busyPollMicroseconds: 40)  // opt-in
         let sleeping = KeychainConnection(socketPath: d.socketPath, busyPollMicroseconds: 0)
         #expect(watching.busyPollMicroseconds > 0)
         for i in 0..<20 {
