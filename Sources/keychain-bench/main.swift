@@ -26,6 +26,8 @@ struct Options {
     /// The bench measures latency, so its clients watch for answers (the library's default is
     /// not to): 40 µs, as in docs/performance.md.
     var clientPollMicroseconds = 40
+    /// Queries each different from every other, while the daemon's memory is watched (0: none).
+    var distinctQueries = 0
 
     init(_ args: [String]) {
         var i = 0
@@ -42,8 +44,9 @@ struct Options {
             case "--big-items": bigItems = Int(args[i + 1]) ?? bigItems; i += 1
             case "--client-poll-us": clientPollMicroseconds = Int(args[i + 1]) ?? clientPollMicroseconds; i += 1
             case "--ops": ops = Set(args[i + 1].split(separator: ",").map(String.init)); i += 1
+            case "--distinct-queries": distinctQueries = Int(args[i + 1]) ?? distinctQueries; i += 1
             default:
-                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS]")
+                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)]")
                 exit(64)
             }
             i += 1
@@ -323,11 +326,7 @@ final class AnonymousMemory: @unchecked Sendable {
         }.start()
     }
 
-    static func read(_ pid: Int32) -> Int {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("RssAnon:") }) else { return 0 }
-        return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
-    }
+    static func read(_ pid: Int32) -> Int { Int((rssAnonMB(of: pid) ?? 0) * 1024) }
 
     /// Stops sampling; the peak in MiB.
     func stop() -> Double {
@@ -431,6 +430,69 @@ if options.duringUnlock > 0 {
         p.terminate()
         p.waitUntilExit()
         try? FileManager.default.removeItem(atPath: dir)
+    }
+    exit(0)
+}
+
+/// The daemon's anonymous memory (RssAnon: its heap, not the mapped database), in MB.
+func rssAnonMB(of pid: Int32) -> Double? {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("RssAnon:") }),
+          let kB = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap({ Double($0) })
+    else { return nil }
+    return kB / 1024
+}
+
+/// `count` lookups, no two alike: each has its own m_Limit, and they cycle through every set of
+/// hashed attributes a class has (1,544 sets over the four classes). A daemon that keeps a
+/// statement per distinct query grows with each; RssAnon is sampled every 1,000 queries.
+func distinctQueries(count: Int, socket: String, daemon pid: Int32) {
+    let connection = KeychainConnection(socketPath: socket, busyPollMicroseconds: options.clientPollMicroseconds)
+    for i in 0..<100 {
+        var d = item(i)
+        d["v_Data"] = .data(Array("secret-value-\(i)".utf8))
+        _ = try? connection.add(d)
+    }
+    let classes = ItemClass.stored.map { ($0, ClassSchema.of($0)!.columnAttributes) }
+    func query(_ i: Int) -> AttributeDictionary {
+        let (cls, specs) = classes[i % classes.count]
+        let subset = (i / classes.count) % (1 << specs.count)
+        var q: AttributeDictionary = ["class": .string(cls.rawValue), "m_Limit": .int(Int64(i + 1)), "r_Data": .bool(true)]
+        for (bit, spec) in specs.enumerated() where subset & (1 << bit) != 0 { q[spec.code] = spec.defaultValue }
+        if cls == .genericPassword && subset == 0 { q["svce"] = .string("bench") }  // some find items
+        return q
+    }
+    // The start: the daemon once its first queries have prepared its fixed statements.
+    for i in 0..<(4 * classes.count) { _ = try? connection.copyMatching(query(i)) }
+    guard let start = rssAnonMB(of: pid) else { print("distinct-queries cannot read /proc/\(pid)/status"); return }
+    var peak = start
+    let t0 = now()
+    for i in 0..<count {
+        do throws(KeychainError) {
+            _ = try connection.copyMatching(query(i))
+        } catch where error.status == .itemNotFound {
+        } catch {
+            fatalError("distinct query \(i) failed: \(error)")
+        }
+        if i % 1_000 == 999, let sample = rssAnonMB(of: pid) { peak = max(peak, sample) }
+    }
+    let seconds = Double(now() - t0) / 1e9
+    let end = rssAnonMB(of: pid) ?? .nan
+    peak = max(peak, end)
+    print(String(format: "distinct-queries n=%d rss_anon_start=%.1fMB rss_anon_peak=%.1fMB rss_anon_end=%.1fMB growth=%.1fMB queries/s=%.0f",
+                 count, start, peak, end, end - start, Double(count) / seconds))
+    fflush(nil)
+}
+
+// Alone: the daemon's memory must start from its own baseline, not from earlier figures'.
+if options.distinctQueries > 0 {
+    if let (p, _, dir) = daemon {
+        distinctQueries(count: options.distinctQueries, socket: socket, daemon: p.processIdentifier)
+        p.terminate()
+        p.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: dir)
+    } else {
+        print("distinct-queries needs the bench's own daemon (no --socket): it reads the daemon's /proc/PID/status")
     }
     exit(0)
 }
