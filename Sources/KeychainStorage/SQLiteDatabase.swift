@@ -20,9 +20,9 @@ public final class SQLiteDatabase {
     private var shapeCache = LRUCache<UInt64, Statement>(capacity: statementCacheCapacity)
     /// Statements kept prepared in each cache. The daemon's own fixed SQL is about 30 texts and
     /// an app's lookups use a few shapes (a get by service and account, a list by service...),
-    /// so 128 keeps every statement a steady workload uses, with room for many apps; a
-    /// statement holds about 10 KB (100,000 of them grew the daemon by 970 MB), so the two
-    /// caches stay under 3 MB whatever callers send.
+    /// so 128 keeps every statement a steady workload uses, with room for many apps. A lookup
+    /// statement holds about 13 KB (100,000 of them grew the daemon's heap by 1.25 GB), so the
+    /// two caches stay within a few MB whatever callers send (docs/performance.md).
     static let statementCacheCapacity = 128
     public let path: String
     /// SQL run inside every outermost transaction just before it commits (the generation
