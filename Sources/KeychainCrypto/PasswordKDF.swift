@@ -1,4 +1,4 @@
-import CSodium
+internal import CSodium
 import KeychainModel
 
 /// Argon2id cost, stored with the keybag so that it can be raised later without losing

@@ -1,4 +1,4 @@
-import CSodium
+internal import CSodium
 import KeychainModel
 
 /// A 32-byte key in libsodium guarded memory: locked against swap, guard pages around it,

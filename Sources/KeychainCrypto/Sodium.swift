@@ -1,4 +1,4 @@
-import CSodium
+internal import CSodium
 import KeychainModel
 
 /// libsodium must be initialised once before any other call; a Swift global is initialised

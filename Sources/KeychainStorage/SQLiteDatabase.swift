@@ -1,4 +1,4 @@
-import CSQLite
+internal import CSQLite
 import KeychainModel
 
 /// A value bound to or read from SQLite.
