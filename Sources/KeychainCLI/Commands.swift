@@ -344,7 +344,7 @@ enum BackupCommands {
 
     static func restore(_ c: Context) throws {
         guard let path = c.arguments["FILE"] else { throw UsageError(message: "restore needs the backup FILE") }
-        let policy = try c.arguments.choice("on-conflict", ["skip", "replace", "fail"]) ?? "fail"
+        let policy = try c.arguments.choice("on-conflict", ConflictPolicy.allCases.map(\.rawValue)).flatMap(ConflictPolicy.init(rawValue:)) ?? .fail
         let file = try AtomicFile.read(path)
         var password = try SecretInput.passcode("Backup password")
         defer { explicit_bzero(&password, password.count) }

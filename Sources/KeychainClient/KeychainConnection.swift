@@ -124,9 +124,9 @@ public final class KeychainConnection: Sendable {
     }
 
     /// Restores a backup file made by `backup` (on this device or another) in one
-    /// transaction. `onConflict`: "fail" (nothing restored if any item exists already), "skip"
+    /// transaction. `onConflict`: `.fail` (nothing restored if any item exists already), `.skip`
     /// or "replace". Returns `restored`, `skipped`, `replaced`, `excluded` and `note`.
-    public func restore(_ file: [UInt8], password: [UInt8], onConflict: String = "fail",
+    public func restore(_ file: [UInt8], password: [UInt8], onConflict: ConflictPolicy = .fail,
                         progress: (Int, Int) -> Void = { _, _ in }) throws(KeychainError) -> AttributeDictionary {
         guard case .single(.attributes(let begun)) = try call(.restoreBegin(size: UInt64(file.count))).result,
               case .int(let session)? = begun["session"] else {

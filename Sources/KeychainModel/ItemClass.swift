@@ -59,3 +59,13 @@ public enum Protection: String, Sendable, CaseIterable, Hashable, Comparable {
 
     public static func < (a: Protection, b: Protection) -> Bool { a.keyClassNumber < b.keyClassNumber }
 }
+
+/// What a restore does with an item whose primary key is already taken.
+public enum ConflictPolicy: String, Sendable, CaseIterable {
+    /// Keep the existing item.
+    case skip
+    /// Replace it with the backup's.
+    case replace
+    /// Restore nothing at all if any item conflicts (the default).
+    case fail
+}

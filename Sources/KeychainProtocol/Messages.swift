@@ -22,7 +22,7 @@ public enum Request: Sendable, Equatable {
     /// The bytes of the file at `offset`.
     case restoreWrite(session: UInt64, offset: UInt64, bytes: [UInt8])
     /// Opens the received file with `password` and restores it in one transaction.
-    case restoreCommit(session: UInt64, password: SecretBytes, onConflict: String)
+    case restoreCommit(session: UInt64, password: SecretBytes, onConflict: ConflictPolicy)
 
     /// The largest piece of a backup file moved in one call.
     public static let chunkBytes = 512 << 10
@@ -167,7 +167,7 @@ public enum WireCodec {
         case .restoreCommit(let session, let password, let onConflict):
             w.u64(session)
             w.lengthPrefixed(password)
-            w.lengthPrefixed(Array(onConflict.utf8))
+            w.lengthPrefixed(Array(onConflict.rawValue.utf8))
         }
     }
 
@@ -208,8 +208,9 @@ public enum WireCodec {
         case .restoreCommit:
             let session = try r.u64()
             let password = try passcode(&r)
-            guard let policy = String(validating: try r.lengthPrefixedArray(max: 16), as: UTF8.self) else {
-                throw KeychainError(.param, "the conflict policy is not UTF-8")
+            guard let text = String(validating: try r.lengthPrefixedArray(max: 16), as: UTF8.self),
+                  let policy = ConflictPolicy(rawValue: text) else {
+                throw KeychainError(.param, "on-conflict must be skip, replace or fail")
             }
             request = .restoreCommit(session: session, password: password, onConflict: policy)
         }

@@ -131,10 +131,7 @@ final class RequestHandler {
             // encoded and sealed without it.
             let (items, excluded) = try store.exportMigratableItems()
             return .backup(items: items, excluded: excluded, password: password, parameters: store.configuration.argon2)
-        case .restoreCommit(let session, let password, let onConflict):
-            guard let policy = ConflictPolicy(rawValue: onConflict) else {
-                throw KeychainError(.param, "on-conflict must be skip, replace or fail")
-            }
+        case .restoreCommit(let session, let password, let policy):
             return .restore(file: try transfers.take(session), password: password, onConflict: policy)
         default:
             return nil

@@ -2,16 +2,6 @@ import KeychainCrypto
 import KeychainModel
 import KeychainStorage
 
-/// What a restore does with an item whose primary key is already taken.
-public enum ConflictPolicy: String, Sendable, CaseIterable {
-    /// Keep the existing item.
-    case skip
-    /// Replace it with the backup's.
-    case replace
-    /// Restore nothing at all if any item conflicts (the default).
-    case fail
-}
-
 /// What a restore did.
 public struct RestoreSummary: Sendable, Equatable {
     public var restored = 0

@@ -163,10 +163,10 @@ struct BackupTests {
         let (file, _) = try ca.backup(password: password)
         expectStatus(.duplicateItem) { _ = try cb.restore(file, password: password) }
         #expect(try count(cb) == 1)
-        let skipped = try cb.restore(file, password: password, onConflict: "skip")
+        let skipped = try cb.restore(file, password: password, onConflict: .skip)
         #expect(skipped["restored"] == .int(1) && skipped["skipped"] == .int(1))
         #expect(try cb.copyMatching(item(.always).merging(["r_Data": .bool(true)]) { $1 }) == .single(.data(bytes("from B"))))
-        let replaced = try cb.restore(file, password: password, onConflict: "replace")
+        let replaced = try cb.restore(file, password: password, onConflict: .replace)
         #expect(replaced["replaced"] == .int(2))
         #expect(try cb.copyMatching(item(.always).merging(["r_Data": .bool(true)]) { $1 }) == .single(.data(bytes("from A"))))
         #expect(try count(cb) == 2)

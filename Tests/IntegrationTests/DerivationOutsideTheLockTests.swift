@@ -104,7 +104,7 @@ struct DerivationOutsideTheLockTests {
         let (file, _) = try c.backup(password: bytes("backup password"))
         try c.delete(["class": .string("genp"), "svce": .string("restored")])
         let measured = try getLatencies(on: d) {
-            _ = try KeychainConnection(socketPath: socket).restore(file, password: bytes("backup password"), onConflict: "skip")
+            _ = try KeychainConnection(socketPath: socket).restore(file, password: bytes("backup password"), onConflict: .skip)
         }
         expectUnstalled(measured)
         _ = try c.copyMatching(["class": .string("genp"), "svce": .string("restored"), "acct": .string("a")])

@@ -15,7 +15,7 @@ struct WireCodecTests {
         .removePasscode(current: [7]),
         .backupBegin(password: [8]), .backupRead(session: 3, offset: 1 << 33),
         .restoreBegin(size: 99), .restoreWrite(session: 1, offset: 0, bytes: [9, 9]),
-        .restoreCommit(session: 2, password: SecretBytes([1]), onConflict: "skip"),
+        .restoreCommit(session: 2, password: SecretBytes([1]), onConflict: .skip),
     ]
 
     @Test(arguments: requests)
