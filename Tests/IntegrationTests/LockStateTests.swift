@@ -72,6 +72,8 @@ struct LockStateTests {
         }
     }
 
+    /// The one lock-timing test on real time, end to end (the daemon's timer thread); the other
+    /// timing rules run on a manual clock (KeychainServerTests, LockTimingTests).
     @Test func whenUnlockedKeysSurviveTheGracePeriodThenGo() throws {
         let d = try RunningDaemon(config: "lock_grace_seconds = 1")
         let c = KeychainConnection(socketPath: d.socketPath)
@@ -87,18 +89,6 @@ struct LockStateTests {
         expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(name("ak")) }
         _ = try c.copyMatching(name("ck"))
         #expect(d.log.contains("WhenUnlocked class keys purged"))
-    }
-
-    @Test func unlockingWithinTheGracePeriodKeepsTheKeys() throws {
-        let d = try RunningDaemon(config: "lock_grace_seconds = 1")
-        let c = KeychainConnection(socketPath: d.socketPath)
-        try c.add(item("ak", .whenUnlocked))
-        try c.setPasscode(passcode)
-        try c.lock()
-        try c.unlock(passcode: passcode)
-        usleep(1_500_000)
-        _ = try c.copyMatching(name("ak"))
-        #expect(try c.status()["state"] == .string("unlocked"))
     }
 
     @Test func aRestartReturnsToLockedSinceBootWhenAPasscodeIsSet() throws {
@@ -191,32 +181,6 @@ struct LockStateTests {
         for _ in 1...3 { expectStatus(.authFailed) { try c.unlock(passcode: bytes("nope")) } }
         try c.unlock(passcode: passcode)
         #expect(try c.status()["failed_attempts"] == .int(0))
-    }
-
-    @Test func idleAutoLockLocksAfterTheConfiguredSilence() throws {
-        let d = try RunningDaemon(config: "auto_lock_seconds = 1")
-        let c = KeychainConnection(socketPath: d.socketPath)
-        try c.add(item("ak", .whenUnlocked))
-        try c.setPasscode(passcode)
-        try c.unlock(passcode: passcode)
-        #expect(try c.status()["auto_lock_in"] == .int(1))
-        usleep(1_600_000)
-        #expect(try c.status()["state"] == .string("locked"))
-        expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(name("ak")) }
-    }
-
-    @Test func pollingStatusDoesNotKeepTheKeychainAwake() throws {
-        let d = try RunningDaemon(config: "auto_lock_seconds = 1")
-        let c = KeychainConnection(socketPath: d.socketPath)
-        try c.setPasscode(passcode)
-        try c.unlock(passcode: passcode)
-        var state: AttributeValue?
-        for _ in 0..<40 {  // up to 2 s of polling every 50 ms
-            state = try c.status()["state"]
-            if state == .string("locked") { break }
-            usleep(50_000)
-        }
-        #expect(state == .string("locked"))
     }
 
     @Test func sigusr1FromTheHostLocks() throws {

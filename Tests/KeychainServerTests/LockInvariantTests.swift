@@ -94,14 +94,13 @@ struct LockInvariantTests {
         var handler: RequestHandler!
         let caller = Caller(pid: getpid(), uid: getuid(), gid: getgid(), executable: nil)
         let policy = AccessPolicy()
-        var lockPolicy: LockPolicy {
-            var p = LockPolicy()
-            p.gracePeriod = LockModel.grace
-            p.autoLockAfter = LockModel.autoLock
-            return p
-        }
+        let lockPolicy: LockPolicy
 
-        init() throws {
+        init(grace: Double = LockModel.grace, autoLock: Double = LockModel.autoLock) throws {
+            var policy = LockPolicy()
+            policy.gracePeriod = grace
+            policy.autoLockAfter = autoLock
+            lockPolicy = policy
             var template = Array("/tmp/kclock.XXXXXX".utf8CString)
             guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp failed") }
             directory = String(cString: p)
