@@ -204,16 +204,7 @@ final class StoreExecutor: @unchecked Sendable {
             if store.answersInPages(prepared) {
                 return try searchInPages(prepared, store: store, handler: handler, emit: emit)
             }
-            storeLock.lock()
-            let fetched: FetchedRows
-            do throws(KeychainError) {
-                handler.noteActivity()
-                fetched = try store.fetch(prepared)
-            } catch {
-                storeLock.unlock()
-                throw error
-            }
-            storeLock.unlock()
+            let fetched = try lookup(handler) { () throws(KeychainError) in try store.fetch(prepared) }
             guard let result = try store.finish(prepared, fetched) else {
                 return locked { $0.handle(request, from: caller, policy: policy) }
             }
@@ -221,6 +212,15 @@ final class StoreExecutor: @unchecked Sendable {
         } catch {
             return Response(error: error)
         }
+    }
+
+    /// A read's SQL lookup, the only part of it that holds the store's lock (and counts as
+    /// activity for the idle auto-lock).
+    private func lookup(_ handler: RequestHandler, _ body: () throws(KeychainError) -> FetchedRows) throws(KeychainError) -> FetchedRows {
+        storeLock.lock()
+        defer { storeLock.unlock() }
+        handler.noteActivity()
+        return try body()
     }
 
     /// A list answer, page by page: each page's rows are looked up under the lock (keyset
@@ -236,16 +236,7 @@ final class StoreExecutor: @unchecked Sendable {
         let wanted = store.wantedMatches(prepared)
         while let start = after {
             let selection = store.pageSelection(prepared, after: start)
-            storeLock.lock()
-            let fetched: FetchedRows
-            do throws(KeychainError) {
-                handler.noteActivity()
-                fetched = try store.fetchPage(selection)
-            } catch {
-                storeLock.unlock()
-                throw error
-            }
-            storeLock.unlock()
+            let fetched = try lookup(handler) { () throws(KeychainError) in try store.fetchPage(selection) }
             let page = try store.finishPage(prepared, fetched, wanted: wanted.map { $0 - matched })
             matched += page.matched
             corrupt += page.corrupt
