@@ -20,8 +20,11 @@ public enum Frame {
     public static func read(from socket: UnixSocket, idleTimeoutMs: Int32, frameTimeoutMs: Int32,
                             maxPayload: Int = maxResponsePayloadBytes) throws(SocketFailure) -> SecretBytes? {
         var header = [UInt8](repeating: 0, count: 4)
+        let idle = Frame.deadline(afterMs: idleTimeoutMs)
         do {
-            try socket.readExactly(into: &header, count: 1, timeoutMs: idleTimeoutMs)
+            try header.withUnsafeMutableBytes { h in
+                Result { () throws(SocketFailure) in _ = try socket.receive(into: UnsafeMutableRawBufferPointer(rebasing: h[0..<1]), deadline: idle) }
+            }.get()
         } catch .closed {
             return nil
         }

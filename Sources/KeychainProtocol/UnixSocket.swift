@@ -162,37 +162,4 @@ public struct UnixSocket: Sendable {
         return Int32(clamping: (deadline - now + 999_999) / 1_000_000)
     }
 
-    /// Reads exactly `count` bytes into `buffer` starting at `offset`. `timeoutMs` bounds each
-    /// wait for data (-1: no bound). EOF before the first byte with `eofIsClean` gives
-    /// `.closed` too, but the caller can tell the two apart by `offset`.
-    public func readExactly(into buffer: inout [UInt8], from offset: Int = 0, count: Int, timeoutMs: Int32) throws(SocketFailure) {
-        try buffer.withUnsafeMutableBytes { b in
-            Result { () throws(SocketFailure) in
-                try readExactly(into: UnsafeMutableRawBufferPointer(rebasing: b[offset...]), count: count, timeoutMs: timeoutMs)
-            }
-        }.get()
-    }
-
-    /// Reads exactly `count` bytes into the start of `buffer`.
-    public func readExactly(into buffer: UnsafeMutableRawBufferPointer, count: Int, timeoutMs: Int32) throws(SocketFailure) {
-        precondition(count <= buffer.count)
-        var got = 0
-        while got < count {
-            if timeoutMs >= 0 {
-                var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                let p = poll(&pfd, 1, timeoutMs)
-                if p == 0 { throw .timedOut }
-                if p < 0 {
-                    if errno == EINTR { continue }
-                    throw .system("poll", errno)
-                }
-            }
-            let n = recv(fd, buffer.baseAddress! + got, count - got, 0)
-            if n > 0 { got += n; continue }
-            if n == 0 { throw .closed }
-            if errno == EINTR { continue }
-            if errno == ECONNRESET { throw .closed }
-            throw .system("recv", errno)
-        }
-    }
 }

@@ -21,10 +21,15 @@ public struct Caller: Sendable, Equatable, CustomStringConvertible {
         self.executable = executable
     }
 
-    /// Reads the credentials of a connected socket's peer, and holds on to its process so
-    /// that each later request can be checked against it (`PeerProcess`).
-    static func of(_ socket: UnixSocket) -> (Caller, PeerProcess?)? {
+    /// Reads the credentials of a connected socket's peer. With `holdingProcess` (the policy
+    /// tells some application apart by its executable) it also holds on to the process, so
+    /// that each later request can be checked against it (`PeerProcess`); otherwise the
+    /// executable is read once, for messages, and nothing is kept.
+    static func of(_ socket: UnixSocket, holdingProcess: Bool) -> (Caller, PeerProcess?)? {
         guard let peer = PeerCredentials.of(socket) else { return nil }
+        guard holdingProcess else {
+            return (Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: PeerProcess.executable(pid: peer.pid)), nil)
+        }
         let process = PeerProcess(pid: peer.pid, uid: peer.uid)
         return (Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: process?.executable()), process)
     }
@@ -58,15 +63,20 @@ final class PeerProcess {
     /// The executable the process runs now (its path, as /proc/PID/exe gives it, without the
     /// " (deleted)" that follows a binary replaced on disk, which the process still runs);
     /// nil once the process has exited.
-    func executable() -> String? {
+    func executable() -> String? { Self.readExecutable(in: directory, "exe") }
+
+    /// The executable of `pid` now, read once (no descriptor kept).
+    static func executable(pid: Int32) -> String? { readExecutable(in: AT_FDCWD, "/proc/\(pid)/exe") }
+
+    private static func readExecutable(in directory: Int32, _ path: String) -> String? {
         var buffer = [UInt8](repeating: 0, count: 4096)
         let n = buffer.withUnsafeMutableBufferPointer { b in
-            b.withMemoryRebound(to: CChar.self) { readlinkat(directory, "exe", $0.baseAddress!, $0.count - 1) }
+            b.withMemoryRebound(to: CChar.self) { readlinkat(directory, path, $0.baseAddress!, $0.count - 1) }
         }
         guard n > 0 else { return nil }
-        var path = String(decoding: buffer[0..<n], as: UTF8.self)
-        if path.hasSuffix(" (deleted)") { path.removeLast(" (deleted)".count) }
-        return path
+        var exe = String(decoding: buffer[0..<n], as: UTF8.self)
+        if exe.hasSuffix(" (deleted)") { exe.removeLast(" (deleted)".count) }
+        return exe
     }
 
     /// Whether the process is still there and runs `executable`, as it did at connect.

@@ -160,7 +160,9 @@ public final class KeychainServer: @unchecked Sendable {
             lock.unlock()
             // Who it is, from the kernel, and whether the policy refuses it: before it may
             // hold a slot (docs/security.md, "Fair service").
-            guard let (caller, process) = Caller.of(socket) else {
+            // A connection made before a reload that starts telling apps apart by executable
+            // holds no process: its next request is refused, and its client reconnects.
+            guard let (caller, process) = Caller.of(socket, holdingProcess: executor.identifiesByExecutable) else {
                 logger.warning("closing a connection whose peer credentials cannot be read")
                 socket.close()
                 guard rejoinAcceptors() else { return }
