@@ -27,13 +27,22 @@ public enum BackupFile {
     /// Seals `payload` (the encoded items) under `password`.
     public static func seal(payload: some ContiguousByteBuffer, itemCount: Int, excludedCount: Int, note: String,
                             password: some ContiguousByteBuffer, parameters: Argon2Parameters) throws(KeychainError) -> [UInt8] {
-        let salt = Sodium.randomBytes(Argon2Parameters.saltBytes)
+        try seal(payload: payload, itemCount: itemCount, excludedCount: excludedCount, note: note, password: password,
+                 parameters: parameters, salt: Sodium.randomBytes(Argon2Parameters.saltBytes),
+                 nonce: Sodium.randomBytes(AEAD.nonceBytes))
+    }
+
+    /// The file for a given salt and nonce: how golden-vector tests (@testable) pin the format
+    /// byte for byte. The product always seals with random ones, above.
+    static func seal(payload: some ContiguousByteBuffer, itemCount: Int, excludedCount: Int, note: String,
+                     password: some ContiguousByteBuffer, parameters: Argon2Parameters,
+                     salt: [UInt8], nonce: [UInt8]) throws(KeychainError) -> [UInt8] {
         let header = encodeHeader(Header(itemCount: itemCount, excludedCount: excludedCount, note: note,
                                          argon2: parameters, salt: salt))
         let key = try PasswordKDF.derive(passcode: password, salt: salt, parameters: parameters)
         var w = ByteWriter(capacity: header.count + payload.count + 64)
         w.raw(header)
-        w.lengthPrefixed(AEAD.seal(payload, associatedData: header, key: key))
+        w.lengthPrefixed(AEAD.seal(payload, associatedData: header, key: key, nonce: nonce))
         return w.bytes
     }
 

@@ -12,12 +12,20 @@ public enum ItemSealer {
     static let wrappedKeyBytes = AEAD.nonceBytes + SecureKey.byteCount + AEAD.tagBytes
 
     public static func seal(_ plaintext: some ContiguousByteBuffer, identity: [UInt8], classKey: SecureKey) -> [UInt8] {
-        let aad = associatedData(identity)
         var itemKey = Sodium.randomBytes(SecureKey.byteCount)
         defer { Sodium.wipe(&itemKey) }
+        return seal(plaintext, identity: identity, classKey: classKey, itemKey: itemKey,
+                    keyNonce: Sodium.randomBytes(AEAD.nonceBytes), dataNonce: Sodium.randomBytes(AEAD.nonceBytes))
+    }
+
+    /// The blob for a given item key and nonces: how golden-vector tests (@testable) pin the
+    /// format byte for byte. The product always seals with random ones, above.
+    static func seal(_ plaintext: some ContiguousByteBuffer, identity: [UInt8], classKey: SecureKey,
+                     itemKey: [UInt8], keyNonce: [UInt8], dataNonce: [UInt8]) -> [UInt8] {
+        let aad = associatedData(identity)
         var blob: [UInt8] = [formatVersion]
-        blob += AEAD.seal(itemKey, associatedData: aad, key: classKey)
-        blob += AEAD.seal(plaintext, associatedData: aad, rawKey: itemKey)
+        blob += AEAD.seal(itemKey, associatedData: aad, key: classKey, nonce: keyNonce)
+        blob += AEAD.seal(plaintext, associatedData: aad, rawKey: itemKey, nonce: dataNonce)
         return blob
     }
 

@@ -97,7 +97,7 @@ public struct Keybag: Sendable {
     public private(set) var record: KeybagRecord
 
     public init(deviceKey: SecureKey, record: KeybagRecord) throws(KeychainError) {
-        self.wrapKey = deviceKey.derive(id: 1, context: "keybag__")
+        self.wrapKey = Self.deviceWrapKey(deviceKey)
         self.record = record
         // Always keys load at start; with no passcode everything does.
         for (pdmn, wrapped) in record.wrappedKeys where !pdmn.isPasscodeProtected || !record.hasPasscode {
@@ -108,7 +108,7 @@ public struct Keybag: Sendable {
     /// A new keybag: fresh random class keys, no passcode (so no akpu key: that class cannot
     /// exist without a passcode).
     public static func create(deviceKey: SecureKey) throws(KeychainError) -> Keybag {
-        let wrapKey = deviceKey.derive(id: 1, context: "keybag__")
+        let wrapKey = deviceWrapKey(deviceKey)
         var wrapped: [Protection: [UInt8]] = [:]
         for pdmn in Protection.allCases where pdmn != .whenPasscodeSetThisDeviceOnly {
             wrapped[pdmn] = wrap(SecureKey.random(), pdmn: pdmn, with: wrapKey, passcodeWrapped: false)
@@ -258,7 +258,18 @@ public struct Keybag: Sendable {
     }
 
     static func wrap(_ key: SecureKey, pdmn: Protection, with wrapping: SecureKey, passcodeWrapped: Bool) -> [UInt8] {
-        AEAD.seal(key, associatedData: associatedData(pdmn, passcodeWrapped: passcodeWrapped), key: wrapping)
+        wrap(key, pdmn: pdmn, with: wrapping, passcodeWrapped: passcodeWrapped, nonce: Sodium.randomBytes(AEAD.nonceBytes))
+    }
+
+    /// A wrap under a given nonce: how golden-vector tests (@testable) pin the format byte for
+    /// byte. The product always wraps with a random one, above.
+    static func wrap(_ key: SecureKey, pdmn: Protection, with wrapping: SecureKey, passcodeWrapped: Bool, nonce: [UInt8]) -> [UInt8] {
+        AEAD.seal(key, associatedData: associatedData(pdmn, passcodeWrapped: passcodeWrapped), key: wrapping, nonce: nonce)
+    }
+
+    /// The key that wraps the classes a passcode does not protect (and all of them without one).
+    static func deviceWrapKey(_ deviceKey: SecureKey) -> SecureKey {
+        deviceKey.derive(id: 1, context: "keybag__")
     }
 
     private func unwrap(_ wrapped: [UInt8], pdmn: Protection, with wrapping: SecureKey, passcodeWrapped: Bool) throws(KeychainError) -> SecureKey {

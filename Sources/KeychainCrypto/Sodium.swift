@@ -41,14 +41,24 @@ public enum AEAD {
     public static let tagBytes = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
     public static let keyBytes = Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES)
 
-    /// Returns nonce || ciphertext || tag.
+    /// Returns nonce || ciphertext || tag, under a fresh random nonce.
     public static func seal(_ plaintext: some ContiguousByteBuffer, associatedData ad: [UInt8], key: SecureKey) -> [UInt8] {
-        key.withUnsafeBytes { k in plaintext.withUnsafeBytes { seal($0, associatedData: ad, keyPointer: k) } }
+        seal(plaintext, associatedData: ad, key: key, nonce: Sodium.randomBytes(nonceBytes))
     }
 
     public static func seal(_ plaintext: some ContiguousByteBuffer, associatedData ad: [UInt8], rawKey: some ContiguousByteBuffer) -> [UInt8] {
+        seal(plaintext, associatedData: ad, rawKey: rawKey, nonce: Sodium.randomBytes(nonceBytes))
+    }
+
+    // Internal with a given nonce: only golden-vector tests (@testable) pass one, to
+    // reproduce a stored format byte for byte. Every caller in the product takes a random one.
+    static func seal(_ plaintext: some ContiguousByteBuffer, associatedData ad: [UInt8], key: SecureKey, nonce: [UInt8]) -> [UInt8] {
+        key.withUnsafeBytes { k in plaintext.withUnsafeBytes { seal($0, associatedData: ad, keyPointer: k, nonce: nonce) } }
+    }
+
+    static func seal(_ plaintext: some ContiguousByteBuffer, associatedData ad: [UInt8], rawKey: some ContiguousByteBuffer, nonce: [UInt8]) -> [UInt8] {
         precondition(rawKey.count == keyBytes)
-        return rawKey.withUnsafeBytes { k in plaintext.withUnsafeBytes { seal($0, associatedData: ad, keyPointer: k) } }
+        return rawKey.withUnsafeBytes { k in plaintext.withUnsafeBytes { seal($0, associatedData: ad, keyPointer: k, nonce: nonce) } }
     }
 
     /// Opens nonce || ciphertext || tag into wiped memory; nil when the tag does not verify
@@ -62,9 +72,9 @@ public enum AEAD {
         return rawKey.withUnsafeBytes { open(sealed, associatedData: ad, keyPointer: $0) }
     }
 
-    private static func seal(_ m: UnsafeRawBufferPointer, associatedData ad: [UInt8], keyPointer k: UnsafeRawBufferPointer) -> [UInt8] {
+    private static func seal(_ m: UnsafeRawBufferPointer, associatedData ad: [UInt8], keyPointer k: UnsafeRawBufferPointer, nonce: [UInt8]) -> [UInt8] {
         Sodium.ensureInitialised()
-        let nonce = Sodium.randomBytes(nonceBytes)
+        precondition(nonce.count == nonceBytes)
         var out = [UInt8](repeating: 0, count: nonceBytes + m.count + tagBytes)
         var written: UInt64 = 0
         let rc = out.withUnsafeMutableBufferPointer { o in
