@@ -135,6 +135,7 @@ struct ProtocolDocumentTests {
         let exchanges = try Self.documented()
         let answer = { (request: [UInt8]) throws -> Response in
             let decoded = try WireCodec.decodeRequest(SecretBytes(try payload(request)))
+            // The page's unlock is a wrong one: it needs a passcode set ("0000") first.
             if case .unlock = decoded {
                 #expect(h.call(.setPasscode(new: SecretBytes(Array("0000".utf8)))) == 0)
             }
