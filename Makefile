@@ -17,7 +17,9 @@ run: deps
 # virtual environment .venv that scripts/test-python makes), then a package that depends on
 # keychaind by version and uses KeychainClient (scripts/check-consumer). KEYCHAIND_INSECURE_FAST_KDF=1
 # lowers Argon2id to libsodium's minimum for speed; never set it for a real daemon.
+# scripts/fetch-toml-test fetches toml-test's cases (once) for the TOML decoder's tests.
 test: deps
+	scripts/fetch-toml-test
 	KEYCHAIND_INSECURE_FAST_KDF=1 $(SWIFT) test
 	scripts/test-python
 	scripts/check-consumer

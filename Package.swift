@@ -33,6 +33,8 @@ let package = Package(
             providers: [.apt(["libsqlite3-dev"])]
         ),
         .target(name: "KeychainModel"),
+        // The config file's reader: TOML 1.0.0, pure Swift, no Foundation (the daemon links it).
+        .target(name: "TOML"),
         .target(name: "KeychainCrypto", dependencies: ["CSodium", "KeychainModel"]),
         .target(name: "KeychainStorage", dependencies: ["CSQLite", "KeychainModel"]),
         .target(
@@ -72,6 +74,8 @@ let package = Package(
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
+        // Runs toml-test's cases, which scripts/fetch-toml-test puts in .build/toml-test.
+        .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
         .testTarget(name: "KeychainCryptoTests", dependencies: ["KeychainCrypto"]),
         // Spawns the real keychaind and keychain binaries, which `swift build --build-tests`
         // (and so `swift test`) builds with every other product. Not dependencies: the CLI's
