@@ -48,7 +48,7 @@ let package = Package(
         .target(
             name: "KeychainServer",
             dependencies: [
-                "KeychainStore", "KeychainProtocol", "KeychainCrypto", "CSystemShim",
+                "KeychainStore", "KeychainProtocol", "KeychainCrypto", "CSystemShim", "TOML",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -5,18 +5,10 @@ import KeychainCrypto
 import KeychainModel
 import KeychainProtocol
 import KeychainStore
+import TOML
 
-/// A value in the config file: the TOML subset keychaind reads (strings, integers, booleans,
-/// arrays of those; `#` comments; `[section]` headers are not used yet).
-public enum ConfigValue: Sendable, Equatable {
-    case string(String)
-    case int(Int)
-    case bool(Bool)
-    case array([ConfigValue])
-}
-
-/// The config file (Config/keychaind.toml documents every key). Unknown keys, wrong types and
-/// malformed lines stop the daemon with the line number.
+/// The config file, in TOML (Config/keychaind.toml documents every key). What is not TOML, unknown
+/// keys, a key set twice and wrong types stop the daemon with the line number.
 public struct DaemonConfig: Sendable, Equatable {
     public var stateDirectory: String?
     public var socketPath: String?
@@ -45,39 +37,52 @@ public struct DaemonConfig: Sendable, Equatable {
 
     public struct ParseError: Error, CustomStringConvertible {
         public let line: Int
+        /// Where on the line, for errors in the TOML itself; nil for a value the daemon refuses.
+        public let column: Int?
         public let message: String
-        public var description: String { "line \(line): \(message)" }
+
+        init(line: Int, column: Int? = nil, message: String) {
+            self.line = line
+            self.column = column
+            self.message = message
+        }
+
+        public var description: String {
+            column.map { "line \(line), column \($0): \(message)" } ?? "line \(line): \(message)"
+        }
     }
 
     public static func parse(_ text: String) throws(ParseError) -> DaemonConfig {
-        var config = DaemonConfig()
-        var seen: Set<String> = []
-        var app: AppEntry?
-        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let n = index + 1
-            let line = stripComment(String(raw)).trimmed
-            if line.isEmpty { continue }
-            if line.hasPrefix("[") {
-                guard line == "[[app]]" else {
-                    throw ParseError(line: n, message: "unknown section \(line); the only section is [[app]]")
-                }
-                if let done = app { config.applications.append(try done.validated(among: config.applications)) }
-                app = AppEntry(line: n)
-                continue
-            }
-            guard let eq = line.firstIndex(of: "=") else {
-                throw ParseError(line: n, message: "expected `key = value`")
-            }
-            let key = String(line[..<eq]).trimmed
-            let value = try parseValue(String(line[line.index(after: eq)...]).trimmed, line: n)
-            if app != nil {
-                try app!.apply(key, value, line: n)
-                continue
-            }
-            guard seen.insert(key).inserted else { throw ParseError(line: n, message: "\(key) is set twice") }
-            try config.apply(key, value, line: n)
+        let document: TOMLTable
+        do {
+            document = try TOMLDecoder.decode(text)
+        } catch {
+            throw ParseError(line: error.line, column: error.column, message: error.message)
         }
-        if let done = app { config.applications.append(try done.validated(among: config.applications)) }
+        var config = DaemonConfig()
+        for entry in document.entries {
+            let n = entry.keyPosition.line
+            switch (entry.key, entry.value.kind) {
+            case ("app", .array(let tables)):
+                for table in tables {
+                    guard case .table(let settings) = table.kind else {
+                        throw ParseError(line: table.position.line, message: "app must be a list of [[app]] tables")
+                    }
+                    var app = AppEntry(line: table.position.line)
+                    for setting in settings.entries {
+                        try app.apply(setting.key, setting.value, line: setting.keyPosition.line)
+                    }
+                    config.applications.append(try app.validated(among: config.applications))
+                }
+            case ("app", _):
+                throw ParseError(line: n, message: "app must be a list of [[app]] tables")
+            case (_, .table):
+                throw ParseError(line: entry.value.position.line,
+                                 message: "unknown section [\(entry.key)]; the only section is [[app]]")
+            default:
+                try config.apply(entry.key, entry.value, line: n)
+            }
+        }
         return config
     }
 
@@ -88,33 +93,25 @@ public struct DaemonConfig: Sendable, Equatable {
         var uids: Set<UInt32> = []
         var executables: Set<String> = []
         var groups: [String]?
-        var seen: Set<String> = []
 
         init(line: Int) { self.line = line }
 
-        mutating func apply(_ key: String, _ value: ConfigValue, line n: Int) throws(ParseError) {
-            guard seen.insert(key).inserted else { throw ParseError(line: n, message: "\(key) is set twice in this [[app]]") }
+        mutating func apply(_ key: String, _ value: TOMLValue, line n: Int) throws(ParseError) {
             func strings() throws(ParseError) -> [String] {
-                guard case .array(let items) = value else { throw ParseError(line: n, message: "\(key) must be an array of strings") }
+                guard case .array(let items) = value.kind else { throw ParseError(line: n, message: "\(key) must be an array of strings") }
                 return try items.map { (item) throws(ParseError) -> String in
-                    guard case .string(let s) = item, !s.isEmpty else {
-                        throw ParseError(line: n, message: "\(key) must hold non-empty strings")
+                    guard case .string(let s) = item.kind, !s.isEmpty else {
+                        throw ParseError(line: item.position.line, message: "\(key) must hold non-empty strings")
                     }
                     return s
                 }
             }
             switch key {
             case "id":
-                guard case .string(let s) = value, !s.isEmpty else { throw ParseError(line: n, message: "id must be a non-empty string") }
+                guard case .string(let s) = value.kind, !s.isEmpty else { throw ParseError(line: n, message: "id must be a non-empty string") }
                 id = s
             case "uids":
-                guard case .array(let items) = value else { throw ParseError(line: n, message: "uids must be an array of uids") }
-                for item in items {
-                    guard case .int(let i) = item, i >= 0, i <= Int(UInt32.max) else {
-                        throw ParseError(line: n, message: "uids must hold non-negative integers")
-                    }
-                    uids.insert(UInt32(i))
-                }
+                uids.formUnion(try DaemonConfig.uids(key, value, line: n))
             case "users":
                 for name in try strings() {
                     guard let pw = getpwnam(name) else { throw ParseError(line: n, message: "no such user \(name)") }
@@ -147,13 +144,24 @@ public struct DaemonConfig: Sendable, Equatable {
         }
     }
 
-    private mutating func apply(_ key: String, _ value: ConfigValue, line n: Int) throws(ParseError) {
+    /// An array of uids: the error names the line of the element at fault.
+    static func uids(_ key: String, _ value: TOMLValue, line n: Int) throws(ParseError) -> [UInt32] {
+        guard case .array(let items) = value.kind else { throw ParseError(line: n, message: "\(key) must be an array of uids") }
+        return try items.map { (item) throws(ParseError) -> UInt32 in
+            guard case .integer(let i) = item.kind, i >= 0, i <= Int64(UInt32.max) else {
+                throw ParseError(line: item.position.line, message: "\(key) must hold non-negative integers")
+            }
+            return UInt32(i)
+        }
+    }
+
+    private mutating func apply(_ key: String, _ value: TOMLValue, line n: Int) throws(ParseError) {
         func string() throws(ParseError) -> String {
-            guard case .string(let s) = value else { throw ParseError(line: n, message: "\(key) must be a string") }
+            guard case .string(let s) = value.kind else { throw ParseError(line: n, message: "\(key) must be a string") }
             return s
         }
         func int(_ range: ClosedRange<Int>) throws(ParseError) -> Int {
-            guard case .int(let i) = value, range.contains(i) else {
+            guard case .integer(let wide) = value.kind, let i = Int(exactly: wide), range.contains(i) else {
                 throw ParseError(line: n, message: "\(key) must be an integer in \(range.lowerBound)...\(range.upperBound)")
             }
             return i
@@ -173,14 +181,7 @@ public struct DaemonConfig: Sendable, Equatable {
         case "busy_poll_microseconds": busyPollMicroseconds = try int(0...1_000)
         case "argon2_ops": argon2.opsLimit = UInt64(try int(1...64))
         case "argon2_memory_mib": argon2.memLimitBytes = try int(1...4096) << 20
-        case "admin_uids":
-            guard case .array(let items) = value else { throw ParseError(line: n, message: "admin_uids must be an array of uids") }
-            adminUIDs = try items.map { (item) throws(ParseError) -> UInt32 in
-                guard case .int(let i) = item, i >= 0, i <= Int(UInt32.max) else {
-                    throw ParseError(line: n, message: "admin_uids must hold non-negative integers")
-                }
-                return UInt32(i)
-            }
+        case "admin_uids": adminUIDs = try DaemonConfig.uids(key, value, line: n)
         case "lock_grace_seconds": lockGraceSeconds = try int(0...3_600)
         case "auto_lock_seconds": autoLockSeconds = try int(0...604_800)
         case "erase_after_failures": eraseAfterFailures = try int(0...1_000)
@@ -191,7 +192,7 @@ public struct DaemonConfig: Sendable, Equatable {
             unknownCallers = policy
         case "audit_log": auditLogPath = try string()
         case "audit_include_names":
-            guard case .bool(let b) = value else { throw ParseError(line: n, message: "audit_include_names must be true or false") }
+            guard case .bool(let b) = value.kind else { throw ParseError(line: n, message: "audit_include_names must be true or false") }
             auditIncludeNames = b
         case "log_level":
             let level = try string()
@@ -202,40 +203,6 @@ public struct DaemonConfig: Sendable, Equatable {
         default:
             throw ParseError(line: n, message: "unknown key \(key)")
         }
-    }
-
-    private static func stripComment(_ line: String) -> String {
-        var inString = false
-        var out = ""
-        for c in line {
-            if c == "\"" { inString.toggle() }
-            if c == "#" && !inString { break }
-            out.append(c)
-        }
-        return out
-    }
-
-    static func parseValue(_ text: String, line n: Int) throws(ParseError) -> ConfigValue {
-        if text.hasPrefix("\"") {
-            guard text.count >= 2, text.hasSuffix("\"") else { throw ParseError(line: n, message: "unterminated string") }
-            let inner = String(text.dropFirst().dropLast())
-            guard !inner.contains("\"") && !inner.contains("\\") else {
-                throw ParseError(line: n, message: "strings may not contain quotes or backslashes")
-            }
-            return .string(inner)
-        }
-        if text.hasPrefix("[") {
-            guard text.hasSuffix("]") else { throw ParseError(line: n, message: "unterminated array") }
-            let inner = String(text.dropFirst().dropLast()).trimmed
-            if inner.isEmpty { return .array([]) }
-            return .array(try inner.split(separator: ",").map { (part) throws(ParseError) -> ConfigValue in
-                try parseValue(String(part).trimmed, line: n)
-            })
-        }
-        if text == "true" { return .bool(true) }
-        if text == "false" { return .bool(false) }
-        if let i = Int(text.replacingUnderscores) { return .int(i) }
-        throw ParseError(line: n, message: "cannot read value `\(text)`")
     }
 
     /// The access policy this config describes; `source` names the file in messages.
@@ -265,15 +232,4 @@ public struct DaemonConfig: Sendable, Equatable {
         server.lockPolicy.eraseAfterFailures = eraseAfterFailures
         return server
     }
-}
-
-extension String {
-    var trimmed: String {
-        var s = Substring(self)
-        while let f = s.first, f == " " || f == "\t" || f == "\r" { s = s.dropFirst() }
-        while let l = s.last, l == " " || l == "\t" || l == "\r" { s = s.dropLast() }
-        return String(s)
-    }
-
-    var replacingUnderscores: String { String(filter { $0 != "_" }) }
 }

@@ -59,6 +59,105 @@ struct DaemonConfigTests {
         }
     }
 
+    @Test func arraysMaySpanLinesWithCommentsAndATrailingComma() throws {
+        let config = try DaemonConfig.parse("""
+            admin_uids = [
+                0,     # root
+                1000,  # the operator
+            ]
+            """)
+        #expect(config.adminUIDs == [0, 1000])
+    }
+
+    @Test func literalStringsAreReadAsWritten() throws {
+        let config = try DaemonConfig.parse(#"""
+            socket = '/run/kc\new.sock'
+            audit_log = '''/var/log/"audit".jsonl'''
+            """#)
+        #expect(config.socketPath == #"/run/kc\new.sock"#)
+        #expect(config.auditLogPath == #"/var/log/"audit".jsonl"#)
+    }
+
+    @Test func escapesInBasicStringsAreDecoded() throws {
+        let config = try DaemonConfig.parse(#"state_dir = "/srv/\"kc\"/caf\u00E9\U0001F511\t\\x""#)
+        #expect(config.stateDirectory == "/srv/\"kc\"/café🔑\t\\x")
+    }
+
+    @Test func aCommaOrHashInsideAStringIsPartOfIt() throws {
+        let config = try DaemonConfig.parse("""
+            socket = "/run/a,b#c.sock"  # the comment starts here
+            [[app]]
+            id = "a"
+            uids = [1]
+            groups = ["team,ops", "shared#1"]
+            """)
+        #expect(config.socketPath == "/run/a,b#c.sock")
+        #expect(config.applications[0].groups == ["team,ops", "shared#1"])
+    }
+
+    /// What a TOML formatter (taplo, for one) makes of the example: aligned `=`, indented tables,
+    /// arrays spread over lines, CRLF line ends, quoted keys.
+    @Test func aFormatterStyleFileParsesLikeThePlainOne() throws {
+        let formatted = [
+            "socket          = \"/run/keychaind/keychaind.sock\"",
+            "\"socket_mode\"   = \"0666\"",
+            "unknown_callers = 'refuse'",
+            "admin_uids      = [ 0 ]",
+            "",
+            "[[ app ]]",
+            "  id     = \"com.example.web\"",
+            "  uids   = [ 1_001 ]",
+            "  groups = [",
+            "    \"com.example.web\",",
+            "    \"com.example.shared\",",
+            "  ]",
+            "",
+            "[[app]]",
+            "  id          = \"com.example.worker\"",
+            "  uids        = [ 1002 ]",
+            "  executables = [ \"/usr/local/bin/worker\" ]",
+            "  groups      = [ \"com.example.worker\", \"com.example.shared\" ]",
+        ].joined(separator: "\r\n")
+        let plain = try DaemonConfig.parse("""
+            socket = "/run/keychaind/keychaind.sock"
+            socket_mode = "0666"
+            unknown_callers = "refuse"
+            admin_uids = [0]
+            [[app]]
+            id = "com.example.web"
+            uids = [1001]
+            groups = ["com.example.web", "com.example.shared"]
+            [[app]]
+            id = "com.example.worker"
+            uids = [1002]
+            executables = ["/usr/local/bin/worker"]
+            groups = ["com.example.worker", "com.example.shared"]
+            """)
+        #expect(try DaemonConfig.parse(formatted) == plain)
+        #expect(plain.applications.count == 2)
+    }
+
+    @Test func aBadElementOfAMultiLineArrayIsReportedOnItsOwnLine() {
+        do {
+            _ = try DaemonConfig.parse("admin_uids = [\n  0,\n  -1,\n]")
+            Issue.record("a negative uid was accepted")
+        } catch {
+            #expect(error.line == 3)
+            #expect(error.message.contains("non-negative"), "\(error.message)")
+        }
+    }
+
+    @Test func anErrorInTheTOMLItselfNamesTheColumnToo() {
+        do {
+            _ = try DaemonConfig.parse("socket_mode = \"0600\"\nsocket = \"/a\" \"/b\"")
+            Issue.record("two strings were accepted")
+        } catch {
+            #expect(error.line == 2)
+            #expect(error.column == 15)
+            #expect(error.description.hasPrefix("line 2, column 15: "))
+        }
+    }
+
     @Test func flagsWinOverTheFileAndTheFileOverDefaults() throws {
         let config = try DaemonConfig.parse("socket = \"/from/file.sock\"\nstate_dir = \"/from/file\"\nidle_timeout_seconds = 7")
         let server = config.serverConfiguration(stateDirectory: "/from/flag", socket: nil)
@@ -97,6 +196,8 @@ struct ApplicationConfigTests {
         ("[[app]]\nid = \"a\"\nuids = [1]\nexecutables = [\"bin/x\"]\ngroups = [\"g\"]", 4, "absolute"),
         ("[[app]]\nid = \"a\"\nuids = [1]\ngroups = [\"g\", \"g\"]", 4, "twice"),
         ("[apps]", 1, "unknown section"),
+        ("[app]\nid = \"a\"", 1, "[[app]]"),
+        ("[[app]]\nid = \"a\"\nuids = [1]\nid = \"b\"", 4, "set twice"),
         ("unknown_callers = \"maybe\"", 1, "refuse"),
     ])
     func badApplicationsAreRefusedWithTheirLine(text: String, line: Int, message: String) {
