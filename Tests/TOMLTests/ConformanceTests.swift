@@ -63,6 +63,50 @@ struct ConformanceTests {
     }
 }
 
+/// Damaged documents end in a value or a TOMLError, never in a trap: every prefix of every valid
+/// case, and each case with seeded random bytes overwritten.
+@Suite("Damaged toml-test documents")
+struct DamagedDocumentTests {
+    @Test func everyPrefixOfAValidDocumentIsDecodedOrRefused() throws {
+        guard let names = ConformanceTests.cases("valid") else { return }
+        for name in names {
+            let bytes = try ConformanceTests.bytes(name)
+            for end in 0..<bytes.count { _ = try? TOMLDecoder.decode(utf8: Array(bytes[..<end])) }
+        }
+    }
+
+    @Test func documentsWithRandomBytesOverwrittenAreDecodedOrRefused() throws {
+        guard let names = ConformanceTests.cases("valid") else { return }
+        var random = SplitMix64(seed: 0x746F_6D6C)
+        let interesting: [UInt8] = Array("\"'[]{}=,.#\\\n\r\t 0-+_:eTZ".utf8) + [0x00, 0x7F, 0x80, 0xC3, 0xED, 0xF4, 0xFF]
+        for name in names {
+            let original = try ConformanceTests.bytes(name)
+            guard !original.isEmpty else { continue }
+            for _ in 0..<50 {
+                var bytes = original
+                for _ in 0..<(1 + random.next() % 3) {
+                    let at = Int(random.next() % UInt64(bytes.count))
+                    bytes[at] = interesting[Int(random.next() % UInt64(interesting.count))]
+                }
+                _ = try? TOMLDecoder.decode(utf8: bytes)
+            }
+        }
+    }
+}
+
+/// A small seeded generator, so that a failure replays.
+struct SplitMix64 {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
 /// toml-test's expected output: a table is a JSON object, an array a JSON array, and every other
 /// value `{"type": …, "value": "…"}` with the value as a string.
 enum TaggedJSON {
