@@ -29,10 +29,12 @@ public enum DeviceKeyFile {
     }
 
     static func load(path: String) throws(KeychainError) -> SecureKey? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        if fd < 0 {
-            if errno == ENOENT { return nil }
-            throw KeychainError(.io, "cannot open \(path): \(String(cString: strerror(errno)))")
+        let fd: Int32
+        do {
+            fd = try SystemCall.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        } catch {
+            if error.errno == ENOENT { return nil }
+            throw error.keychainError("cannot open \(path)")
         }
         defer { close(fd) }
         var st = stat()
@@ -44,41 +46,27 @@ public enum DeviceKeyFile {
             throw KeychainError(.decode, "\(path) is \(st.st_size) bytes, not \(SecureKey.byteCount): it is not a device key")
         }
         var bytes = [UInt8](repeating: 0, count: SecureKey.byteCount)
-        let n = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
-        guard n == SecureKey.byteCount else {
+        let read = bytes.withUnsafeMutableBytes { b in Result { () throws(SystemCallError) in try SystemCall.readFully(fd, into: b) } }
+        switch read {
+        case .success(SecureKey.byteCount):
+            return SecureKey.taking(&bytes)
+        case .success:
             Sodium.wipe(&bytes)
-            throw KeychainError(.io, "short read from \(path)")
+            throw KeychainError(.io, "short read from \(path): it shrank while being read")
+        case .failure(let error):
+            Sodium.wipe(&bytes)
+            throw error.keychainError("cannot read \(path)")
         }
-        return SecureKey.taking(&bytes)
     }
 
-    /// Writes a new key durably: temp file, fsync, link into place (so two starts racing
-    /// cannot overwrite each other's key), fsync the directory.
+    /// Writes a new key durably, linked into place only if there is none yet (so two starts
+    /// racing cannot overwrite each other's key).
     static func create(path: String) throws(KeychainError) {
-        let tmp = path + ".tmp.\(getpid())"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw KeychainError(.io, "cannot create \(tmp): \(String(cString: strerror(errno)))") }
         var bytes = Sodium.randomBytes(SecureKey.byteCount)
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress!, $0.count) }
-        Sodium.wipe(&bytes)
-        let synced = fsync(fd) == 0
-        close(fd)
-        defer { unlink(tmp) }
-        guard written == SecureKey.byteCount, synced else {
-            throw KeychainError(.io, "cannot write \(tmp): \(String(cString: strerror(errno)))")
+        defer { Sodium.wipe(&bytes) }
+        let written = bytes.withUnsafeBytes { b in
+            Result { () throws(SystemCallError) in try DurableFile.write(b, to: path, placement: .createIfAbsent) }
         }
-        if link(tmp, path) != 0 && errno != EEXIST {
-            throw KeychainError(.io, "cannot install \(path): \(String(cString: strerror(errno)))")
-        }
-        syncDirectory(of: path)
-    }
-
-    static func syncDirectory(of path: String) {
-        let dir = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
-        let dfd = open(dir.isEmpty ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dfd >= 0 {
-            fsync(dfd)
-            close(dfd)
-        }
+        if case .failure(let error) = written { throw error.keychainError("cannot create \(path) (\(error.call))") }
     }
 }

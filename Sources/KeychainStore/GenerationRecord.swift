@@ -55,15 +55,22 @@ struct GenerationRecordFile {
     /// The record, or nil if there is none (a first start, a keychain from before records, or
     /// an operator who removed it to accept a loss). errSecDecode if it is not one of ours.
     func read() throws(KeychainError) -> GenerationRecord? {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        if fd < 0 {
-            if errno == ENOENT { return nil }
-            throw KeychainError(.io, "cannot open \(path): \(String(cString: strerror(errno)))")
+        let fd: Int32
+        do {
+            fd = try SystemCall.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        } catch {
+            if error.errno == ENOENT { return nil }
+            throw error.keychainError("cannot open \(path)")
         }
         defer { close(fd) }
+        // One byte more than a record: a longer file is not one.
         var bytes = [UInt8](repeating: 0, count: Self.size + 1)
-        let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
-        guard n >= 0 else { throw KeychainError(.io, "cannot read \(path): \(String(cString: strerror(errno)))") }
+        let read = bytes.withUnsafeMutableBytes { b in Result { () throws(SystemCallError) in try SystemCall.readFully(fd, into: b) } }
+        let n: Int
+        switch read {
+        case .success(let count): n = count
+        case .failure(let error): throw error.keychainError("cannot read \(path)")
+        }
         guard n == Self.size, Array(bytes[0..<Self.magic.count]) == Self.magic,
               let state = GenerationRecord.State(rawValue: bytes[Self.magic.count]) else {
             throw unreadable("it is not a generation record")
@@ -76,33 +83,15 @@ struct GenerationRecordFile {
         return GenerationRecord(state: state, generation: generation)
     }
 
-    /// Replaces the record durably: temporary file, fsync, rename, fsync of the directory.
+    /// Replaces the record durably (DurableFile).
     func write(_ record: GenerationRecord) throws(KeychainError) {
         var body = Self.magic + [record.state.rawValue]
         body += (0..<8).reversed().map { UInt8(truncatingIfNeeded: record.generation >> (8 * $0)) }
         let bytes = body + mac(body)
-        let tmp = path + ".tmp"
-        unlink(tmp)  // left by a crash mid-write; the directory is ours alone
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw KeychainError(.io, "cannot create \(tmp): \(String(cString: strerror(errno)))") }
-        let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress!, $0.count) }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard written == bytes.count, synced, rename(tmp, path) == 0 else {
-            let reason = String(cString: strerror(errno))
-            unlink(tmp)
-            throw KeychainError(.io, "cannot write \(path): \(reason)")
+        let written = bytes.withUnsafeBytes { b in
+            Result { () throws(SystemCallError) in try DurableFile.write(b, to: path, placement: .replace) }
         }
-        let dir = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dir >= 0 {
-            fsync(dir)
-            close(dir)
-        }
-    }
-
-    private var directory: String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
+        if case .failure(let error) = written { throw error.keychainError("cannot write \(path) (\(error.call))") }
     }
 
     private func mac(_ body: [UInt8]) -> [UInt8] {
