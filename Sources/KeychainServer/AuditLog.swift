@@ -17,11 +17,11 @@ final class AuditLog: @unchecked Sendable {
     private let log: (String) -> Void
 
     init(path: String, includeNames: Bool, log: @escaping (String) -> Void) throws {
-        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else {
-            throw KeychainError(.io, "cannot open the audit log \(path): \(String(cString: strerror(errno)))")
+        do {
+            fd = try SystemCall.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        } catch {
+            throw error.keychainError("cannot open the audit log \(path)")
         }
-        self.fd = fd
         self.includeNames = includeNames
         self.log = log
     }
@@ -55,12 +55,14 @@ final class AuditLog: @unchecked Sendable {
                 }
             }
         }
-        var line = Array((JSONText.object(fields) + "\n").utf8)
+        let line = Array((JSONText.object(fields) + "\n").utf8)
         lock.lock()
         defer { lock.unlock() }
-        let written = line.withUnsafeMutableBytes { write(fd, $0.baseAddress!, $0.count) }
-        if written != line.count {
-            if !failing { log("audit log write failed (\(String(cString: strerror(errno)))); serving goes on, audit lines are being lost") }
+        // A line cut short by a signal or a nearly full disk is finished, not left half
+        // written for the next one to run into.
+        let written = line.withUnsafeBytes { b in Result { () throws(SystemCallError) in try SystemCall.writeAll(fd, b) } }
+        if case .failure(let error) = written {
+            if !failing { log("audit log write failed (\(error.reason)); serving goes on, audit lines are being lost") }
             failing = true
         } else if failing {
             failing = false

@@ -28,7 +28,7 @@ enum StateDirectory {
         try makeIfMissing(absolute)
         try checkDirectoryAndEntries(absolute, trust: trust)
         guard let resolved = realpath(absolute, nil) else {
-            throw KeychainError(.io, "cannot resolve \(absolute): \(String(cString: strerror(errno)))")
+            throw SystemCallError.current("realpath").keychainError("cannot resolve \(absolute)")
         }
         defer { free(resolved) }
         return String(cString: resolved)
@@ -38,7 +38,7 @@ enum StateDirectory {
     /// its -wal and -shm files the database file's mode) never makes a world-readable file.
     static func createPrivateFile(_ path: String) throws(KeychainError) {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw KeychainError(.io, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw SystemCallError.current("open").keychainError("cannot create \(path)") }
         var st = stat()
         if fstat(fd, &st) == 0, st.st_mode & 0o077 != 0 { fchmod(fd, 0o600) }
         close(fd)
@@ -47,7 +47,7 @@ enum StateDirectory {
     private static func absolute(_ path: String) throws(KeychainError) -> String {
         if path.hasPrefix("/") { return path }
         guard let cwd = getcwd(nil, 0) else {
-            throw KeychainError(.io, "cannot resolve \(path): \(String(cString: strerror(errno)))")
+            throw SystemCallError.current("getcwd").keychainError("cannot resolve \(path)")
         }
         defer { free(cwd) }
         return String(cString: cwd) + "/" + path
@@ -55,7 +55,7 @@ enum StateDirectory {
 
     private static func makeIfMissing(_ path: String) throws(KeychainError) {
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
-            throw KeychainError(.io, "cannot create \(path): \(String(cString: strerror(errno)))")
+            throw SystemCallError.current("mkdir").keychainError("cannot create \(path)")
         }
     }
 
@@ -64,9 +64,10 @@ enum StateDirectory {
     private static func checkDirectoryAndEntries(_ path: String, trust: Trust) throws(KeychainError) {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else {
+            let failure = SystemCallError.current("open")  // before lstat overwrites errno
             var st = stat()
             if lstat(path, &st) == 0 { try trust.checkStateDirectory(path, st) }
-            throw KeychainError(.io, "cannot open \(path): \(String(cString: strerror(errno)))")
+            throw failure.keychainError("cannot open \(path)")
         }
         defer { close(fd) }
         var st = stat()
@@ -77,9 +78,9 @@ enum StateDirectory {
 
         let listing = dup(fd)
         guard listing >= 0, let dir = fdopendir(listing) else {
-            let reason = String(cString: strerror(errno))
+            let failure = SystemCallError.current(listing < 0 ? "dup" : "fdopendir")
             if listing >= 0 { close(listing) }
-            throw KeychainError(.io, "cannot list \(path): \(reason)")
+            throw failure.keychainError("cannot list \(path)")
         }
         defer { closedir(dir) }
         while let entry = readdir(dir) {
@@ -88,7 +89,7 @@ enum StateDirectory {
             var est = stat()
             guard fstatat(fd, name, &est, AT_SYMLINK_NOFOLLOW) == 0 else {
                 if errno == ENOENT { continue }  // removed meanwhile (by us: only we can)
-                throw KeychainError(.io, "cannot stat \(path)/\(name): \(String(cString: strerror(errno)))")
+                throw SystemCallError.current("fstatat").keychainError("cannot stat \(path)/\(name)")
             }
             try trust.checkEntry(path + "/" + name, est, in: path)
         }
@@ -109,12 +110,12 @@ struct Trust {
     func checkParent(_ path: String, of stateDirectory: String) throws(KeychainError) {
         var st = stat()
         guard lstat(path, &st) == 0 else {
-            throw KeychainError(.io, "cannot stat \(path): \(String(cString: strerror(errno)))")
+            throw SystemCallError.current("lstat").keychainError("cannot stat \(path)")
         }
         try checkParent(path, st, of: stateDirectory)
         guard Self.type(st) == S_IFLNK else { return }
         guard let resolved = realpath(path, nil) else {
-            throw KeychainError(.io, "cannot resolve \(path): \(String(cString: strerror(errno)))")
+            throw SystemCallError.current("realpath").keychainError("cannot resolve \(path)")
         }
         let target = String(cString: resolved)
         free(resolved)
@@ -123,7 +124,7 @@ struct Trust {
             current = part.isEmpty ? "/" : (current == "/" ? "" : current) + "/" + part
             var tst = stat()
             guard lstat(current, &tst) == 0 else {
-                throw KeychainError(.io, "cannot stat \(current): \(String(cString: strerror(errno)))")
+                throw SystemCallError.current("lstat").keychainError("cannot stat \(current)")
             }
             try checkParent(current, tst, of: stateDirectory)
         }
