@@ -5,7 +5,7 @@ import CSystemShim
 import Foundation
 import KeychainModel
 
-/// Process-wide protections and signal handling for the daemon.
+/// Process-wide protections for the daemon (its signals: SignalEvents).
 public enum DaemonProcess {
     /// Swift's crash backtracer prints registers and nearby memory, where keys may be: it must
     /// be off before the runtime could ever use it, which means before this process started.
@@ -21,37 +21,10 @@ public enum DaemonProcess {
     /// and no death by SIGPIPE when a client hangs up mid-reply.
     public static func harden() throws {
         guard csystem_harden_process() == 0 else {
-            throw KeychainError(.internal, "cannot harden the process: \(String(cString: strerror(errno)))")
+            throw SystemCallError.current("csystem_harden_process").keychainError("cannot harden the process", status: .internal)
         }
         umask(0o077)
         signal(SIGPIPE, SIG_IGN)
-    }
-
-    /// Blocks SIGTERM, SIGINT, SIGHUP and SIGUSR1 in every thread (call before starting any),
-    /// and calls, from a dedicated thread, `onStop` on SIGTERM or SIGINT, `onLock` on SIGUSR1
-    /// (the host's lock event) and `onReload` on SIGHUP.
-    public static func watchSignals(onStop: @escaping @Sendable (Int32) -> Void,
-                                    onLock: @escaping @Sendable () -> Void = {},
-                                    onReload: @escaping @Sendable () -> Void = {}) {
-        var set = sigset_t()
-        sigemptyset(&set)
-        for s in [SIGTERM, SIGINT, SIGHUP, SIGUSR1] { sigaddset(&set, s) }
-        pthread_sigmask(SIG_BLOCK, &set, nil)
-        let watched = set
-        let thread = Thread {
-            var set = watched
-            while true {
-                var sig: Int32 = 0
-                guard sigwait(&set, &sig) == 0 else { continue }
-                switch sig {
-                case SIGHUP: onReload()
-                case SIGUSR1: onLock()
-                default: onStop(sig)
-                }
-            }
-        }
-        thread.name = "keychaind-signals"
-        thread.start()
     }
 
     /// Creates the directory that holds a default socket path and checks that a directory
@@ -65,7 +38,7 @@ public enum DaemonProcess {
         if mkdir(dir, mode) == 0 {
             chmod(dir, mode)  // the daemon's umask (077) applied to mkdir
         } else if errno != EEXIST {
-            throw KeychainError(.io, "cannot create \(dir): \(String(cString: strerror(errno)))")
+            throw SystemCallError.current("mkdir").keychainError("cannot create \(dir)")
         }
         if dir.hasPrefix("/tmp/") {
             var st = stat()

@@ -4,6 +4,7 @@ import KeychainModel
 import KeychainProtocol
 import KeychainStore
 import Logging
+import Synchronization
 
 /// Settings of a running daemon (flags and config file fill it in; docs in Config/keychaind.toml).
 public struct ServerConfiguration: Sendable {
@@ -37,24 +38,26 @@ public struct ServerConfiguration: Sendable {
 /// The socket server: worker threads that each accept a connection and serve it to its end
 /// (so a slow or stuck client holds only its own thread), and the StoreExecutor that owns the
 /// store.
-public final class KeychainServer: @unchecked Sendable {
+public final class KeychainServer: LifecycleService, Sendable {
     private let configuration: ServerConfiguration
     private let logger: Logger
     private let executor: StoreExecutor
     private let listener: UnixSocket
-
-    // Guarded by `lock`.
-    private let lock = NSLock()
-    private var connections: [Int32: UnixSocket] = [:]
-    private var admission: ConnectionAdmission
-    private var refusals = RefusalLog()
-    private var shuttingDown = false
-    /// Workers now blocked in accept (or about to be).
-    private var acceptors = 0
-    /// Workers started since the daemon started.
-    private var workersStarted = 0
     private let workersRunning = DispatchGroup()
     private let busyPoll: BusyPoll
+
+    /// What the workers share: who is connected, who waits in accept, whether it is stopping.
+    private struct State {
+        var connections: [Int32: UnixSocket] = [:]
+        var admission: ConnectionAdmission
+        var refusals = RefusalLog()
+        var shuttingDown = false
+        /// Workers now blocked in accept (or about to be).
+        var acceptors = 0
+        /// Workers started since the daemon started.
+        var workersStarted = 0
+    }
+    private let state: Mutex<State>
 
     /// Opens the store and binds the socket (replacing a stale one; refusing if a live daemon
     /// answers there). Throws with a message fit for the operator.
@@ -62,9 +65,9 @@ public final class KeychainServer: @unchecked Sendable {
         self.configuration = configuration
         self.logger = logger
         busyPoll = BusyPoll(windowMicroseconds: configuration.busyPollMicroseconds)
-        admission = ConnectionAdmission(
+        state = Mutex(State(admission: ConnectionAdmission(
             maxConnections: configuration.maxConnections,
-            maxPerUID: configuration.maxConnectionsPerUID ?? ConnectionAdmission.defaultPerUID(maxConnections: configuration.maxConnections))
+            maxPerUID: configuration.maxConnectionsPerUID ?? ConnectionAdmission.defaultPerUID(maxConnections: configuration.maxConnections))))
         let store = try ItemStore(configuration: configuration.store)
         try Self.claimSocketPath(configuration.socketPath)
         do {
@@ -102,9 +105,19 @@ public final class KeychainServer: @unchecked Sendable {
     /// Serves connections until `shutdown()`; returns once every in-flight call has finished
     /// and the store is closed.
     public func run() {
-        lock.lock()
+        startServing()
+        waitUntilStopped()
+    }
+
+    /// Starts the workers that accept connections, and returns.
+    public func startServing() {
+        state.withLock { reserveWorkers(Self.spareAcceptors, in: &$0) }
         for _ in 0..<Self.spareAcceptors { startWorker() }
-        lock.unlock()
+    }
+
+    /// Returns once `shutdown()` has been called, every in-flight call has finished and the
+    /// store is closed; removes the socket.
+    public func waitUntilStopped() {
         workersRunning.wait()
         executor.stop()
         unlink(configuration.socketPath)
@@ -119,15 +132,20 @@ public final class KeychainServer: @unchecked Sendable {
 
     /// How many worker threads have been started so far.
     var startedWorkers: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return workersStarted
+        state.withLock { $0.workersStarted }
     }
 
-    /// Starts a worker that begins by accepting. Called with `lock` held.
+    /// Counts workers about to be started as waiting in accept, so that no other worker
+    /// starts one for the same gap.
+    private func reserveWorkers(_ count: Int, in state: inout State) {
+        state.acceptors += count
+        state.workersStarted += count
+    }
+
+    /// Starts a worker, reserved beforehand, that begins by accepting. A worker that starts
+    /// another does so before it leaves `workersRunning` itself, so the group cannot drain
+    /// in between.
     private func startWorker() {
-        acceptors += 1
-        workersStarted += 1
         workersRunning.enter()
         let thread = Thread { [self] in self.work() }
         thread.stackSize = 1 << 20
@@ -149,15 +167,18 @@ public final class KeychainServer: @unchecked Sendable {
                 Thread.sleep(forTimeInterval: 0.05)  // e.g. out of descriptors: do not spin
                 continue
             }
-            lock.lock()
-            acceptors -= 1
-            guard let socket = accepted, !shuttingDown else {
-                lock.unlock()
+            let (serving, replace) = state.withLock { state -> (Bool, Bool) in
+                state.acceptors -= 1
+                guard accepted != nil, !state.shuttingDown else { return (false, false) }
+                guard state.acceptors == 0 else { return (true, false) }
+                reserveWorkers(1, in: &state)
+                return (true, true)
+            }
+            guard serving, let socket = accepted else {
                 accepted?.close()
                 return
             }
-            if acceptors == 0 { startWorker() }
-            lock.unlock()
+            if replace { startWorker() }
             // Who it is, from the kernel, and whether the policy refuses it: before it may
             // hold a slot (docs/security.md, "Fair service").
             // A connection made before a reload that starts telling apps apart by executable
@@ -169,14 +190,15 @@ public final class KeychainServer: @unchecked Sendable {
                 continue
             }
             let refusal = executor.refusal(for: caller)
-            lock.lock()
-            let decision = admission.admit(uid: caller.uid, refused: refusal != nil)
-            if decision == .admit {
-                connections[socket.fd] = socket
+            let (decision, line) = state.withLock { state -> (ConnectionAdmission.Decision, String?) in
+                let decision = state.admission.admit(uid: caller.uid, refused: refusal != nil)
+                if decision == .admit {
+                    state.connections[socket.fd] = socket
+                }
+                let line = decision == .admit ? state.refusals.tick(at: DaemonClock.system.monotonic())
+                    : state.refusals.note(Self.describe(decision, caller), at: DaemonClock.system.monotonic())
+                return (decision, line)
             }
-            let line = decision == .admit ? refusals.tick(at: DaemonClock.system.monotonic())
-                : refusals.note(Self.describe(decision, caller), at: DaemonClock.system.monotonic())
-            lock.unlock()
             if let line { logger.warning("\(line)") }
             guard decision == .admit else {
                 socket.close()
@@ -188,10 +210,10 @@ public final class KeychainServer: @unchecked Sendable {
             } else {
                 serve(socket, caller, process)
             }
-            lock.lock()
-            connections[socket.fd] = nil
-            admission.release(uid: caller.uid, refused: refusal != nil)
-            lock.unlock()
+            state.withLock { state in
+                state.connections[socket.fd] = nil
+                state.admission.release(uid: caller.uid, refused: refusal != nil)
+            }
             socket.close()
             guard rejoinAcceptors() else { return }
         }
@@ -201,11 +223,11 @@ public final class KeychainServer: @unchecked Sendable {
     /// daemon is stopping (then the worker ends: false).
     @discardableResult
     private func rejoinAcceptors() -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        if shuttingDown || acceptors >= Self.maximumIdleWorkers { return false }
-        acceptors += 1
-        return true
+        state.withLock { state in
+            if state.shuttingDown || state.acceptors >= Self.maximumIdleWorkers { return false }
+            state.acceptors += 1
+            return true
+        }
     }
 
     static func describe(_ decision: ConnectionAdmission.Decision, _ caller: Caller) -> String {
@@ -231,16 +253,17 @@ public final class KeychainServer: @unchecked Sendable {
     /// Applies a reloaded config (SIGHUP): the access policy and the audit log. A new audit
     /// file that cannot be opened keeps everything as it was. Other settings (paths, time-outs,
     /// lock policy, Argon2id cost) take effect at the next start.
-    public func reload(_ config: DaemonConfig, source: String) {
+    public func reload(_ config: DaemonConfig, source: String) throws(KeychainError) {
         let log = logger
         let audit: AuditLog?
         do {
             audit = try config.auditLogPath.map {
                 try AuditLog(path: $0, includeNames: config.auditIncludeNames, log: { log.warning("\($0)") })
             }
+        } catch let error as KeychainError {
+            throw error
         } catch {
-            logger.error("config reload failed, keeping the running one: \(error)")
-            return
+            throw KeychainError(.io, "cannot open the audit log: \(error)")
         }
         let policy = config.accessPolicy(source: source)
         executor.reload(policy: policy, audit: audit)
@@ -256,17 +279,15 @@ public final class KeychainServer: @unchecked Sendable {
     /// Stops accepting, lets in-flight calls finish and closes idle connections. Safe to call
     /// from a signal-handling thread.
     public func shutdown() {
-        lock.lock()
-        guard !shuttingDown else {
-            lock.unlock()
-            return
+        let (first, pending) = state.withLock { state -> (Bool, String?) in
+            guard !state.shuttingDown else { return (false, nil) }
+            state.shuttingDown = true
+            // Reads are woken; a connection mid-call still gets its response written before
+            // its thread sees the shutdown.
+            for socket in state.connections.values { Glibc.shutdown(socket.fd, Int32(SHUT_RD)) }
+            return (true, state.refusals.flush())
         }
-        shuttingDown = true
-        // Reads are woken; a connection mid-call still gets its response written before its
-        // thread sees the shutdown.
-        for socket in connections.values { Glibc.shutdown(socket.fd, Int32(SHUT_RD)) }
-        let pending = refusals.flush()
-        lock.unlock()
+        guard first else { return }
         if let pending { logger.warning("\(pending)") }
         listener.shutdownBoth()
     }

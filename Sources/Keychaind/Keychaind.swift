@@ -49,34 +49,26 @@ struct Keychaind: ParsableCommand {
         }
         let logger = Logger(label: "keychaind")
         try DaemonProcess.harden()
-        let running = RunningServer()
-        DaemonProcess.watchSignals(onStop: { signal in
-            logger.info("signal \(signal): stopping")
-            running.stop()
-        }, onLock: {
-            running.lock(reason: "SIGUSR1 from the host")
-        }, onReload: { [config] in
-            guard let path = config else {
-                logger.notice("SIGHUP: no --config file to reload")
-                return
-            }
-            do {
-                running.reload(try Self.load(path), source: path)
-            } catch {
-                logger.error("config reload failed, keeping the running one: \(error)")
-            }
-        })
+        // Before any thread starts, so that every thread inherits the blocked signals.
+        var signals = SignalEvents()
+        var observers: [any ReadinessObserver] = []
+        if let notification = ServiceNotification(environment: ProcessInfo.processInfo.environment) {
+            observers.append(notification)
+        }
+        let lifecycle = DaemonLifecycle(configPath: config, loadConfig: Self.load, observers: observers, logger: logger)
+        let daemon: KeychainServer
         do {
             if socket == nil && daemonConfig.socketPath == nil {
                 try DaemonProcess.prepareSocketDirectory(for: server.socketPath)
             }
-            let daemon = try KeychainServer(configuration: server, logger: logger)
-            running.set(daemon)
-            daemon.run()
+            daemon = try KeychainServer(configuration: server, logger: logger)
         } catch {
             logger.critical("cannot start: \(error)")
             throw ExitCode.failure
         }
+        // A stop signal that came while the store opened waits, pending, for the lifecycle:
+        // the daemon then starts and stops at once, removing its socket.
+        lifecycle.run(daemon, events: &signals)
     }
 }
 
@@ -91,44 +83,5 @@ extension Keychaind {
         } catch {
             throw KeychainError(.param, "\(path): \(error)")
         }
-    }
-}
-
-/// Lets the signal thread reach the server, which exists only after the signals are blocked.
-final class RunningServer: @unchecked Sendable {
-    private let lock = NSLock()
-    private var server: KeychainServer?
-    private var stopRequested = false
-
-    func set(_ s: KeychainServer) {
-        lock.lock()
-        server = s
-        let stop = stopRequested
-        lock.unlock()
-        if stop { s.shutdown() }
-    }
-
-    func reload(_ config: DaemonConfig, source: String) {
-        lock.lock()
-        let s = server
-        lock.unlock()
-        s?.reload(config, source: source)
-    }
-
-    func lock(reason: String) {
-        lock.lock()
-        let s = server
-        lock.unlock()
-        s?.lock(reason: reason)
-    }
-
-    /// Before the server exists (it binds its socket in init, so a client may already have
-    /// seen it), the request is remembered and `set` acts on it: the socket is still removed.
-    func stop() {
-        lock.lock()
-        stopRequested = true
-        let s = server
-        lock.unlock()
-        s?.shutdown()
     }
 }

@@ -17,6 +17,22 @@ struct LifecycleTests {
         #expect(d.stop(signal: SIGINT) == 0)
     }
 
+    /// systemd's Type=notify: the service manager hears each phase on the datagram socket
+    /// named by NOTIFY_SOCKET (here one the test listens on).
+    @Test func theServiceManagerIsToldReadyReloadingAndStopping() throws {
+        let notify = "/tmp/kcn-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let listener = try DatagramListener(path: notify)
+        defer { listener.close(); unlink(notify) }
+        let d = try RunningDaemon(environment: ["NOTIFY_SOCKET": notify])
+        #expect(listener.next()?.first == "READY=1")
+        kill(d.pid, SIGHUP)
+        #expect(listener.next()?.first == "RELOADING=1")
+        #expect(listener.next()?.first == "READY=1")
+        #expect(try KeychainConnection(socketPath: d.socketPath).status()["state"] == .string("unlocked"))
+        #expect(d.stop(signal: SIGTERM) == 0)
+        #expect(listener.next()?.first == "STOPPING=1")
+    }
+
     @Test func aStaleSocketFromACrashIsReplaced() throws {
         let d = try RunningDaemon()
         d.crash()
@@ -85,4 +101,31 @@ struct LifecycleTests {
         #expect(message.contains("line 5"))  // after the harness's four default lines
         #expect(message.contains("no_such_key"))
     }
+}
+
+/// A datagram socket bound at a path, as a service manager's notification socket is.
+struct DatagramListener {
+    let fd: Int32
+
+    init(path: String) throws {
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &addr.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard rc == 0 else { throw KeychainError(.io, "bind \(path): \(errno)") }
+    }
+
+    /// The next datagram's lines, waiting for it up to 10 s (nil: none came).
+    func next() -> [Substring]? {
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&pfd, 1, 10_000) == 1 else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 512)
+        let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        return n < 0 ? nil : String(decoding: buffer.prefix(n), as: UTF8.self).split(separator: "\n")
+    }
+
+    func close() { Glibc.close(fd) }
 }
