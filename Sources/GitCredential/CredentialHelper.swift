@@ -184,26 +184,17 @@ public struct CredentialHelper {
     static func readAll() -> [UInt8] {
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(0, $0.baseAddress!, $0.count) }
-            if n > 0 {
-                out += chunk[0..<n]
-                if out.count > 1 << 20 { break }
-            } else if n == 0 || errno != EINTR {
-                break
-            }
+        // An error ends the input like its end: git's request is then incomplete, and refused.
+        while let n = chunk.withUnsafeMutableBytes({ b in try? SystemCall.retrying("read") { read(0, b.baseAddress, b.count) } }), n > 0 {
+            out += chunk[0..<n]
+            if out.count > 1 << 20 { break }
         }
         return out
     }
 
     static func writeOut(_ s: String) {
         var bytes = Array(s.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { write(1, $0.baseAddress! + offset, $0.count - offset) }
-            if n <= 0 { break }
-            offset += n
-        }
+        bytes.withUnsafeBytes { _ = try? SystemCall.writeAll(1, $0) }
         explicit_bzero(&bytes, bytes.count)
     }
 

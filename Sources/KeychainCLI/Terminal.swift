@@ -14,12 +14,17 @@ enum SecretInput {
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while out.count <= limit {
-            let n = chunk.withUnsafeMutableBytes { read(0, $0.baseAddress!, $0.count) }
-            if n == 0 { break }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw KeychainError(.io, "cannot read standard input: \(String(cString: strerror(errno)))")
+            let read = chunk.withUnsafeMutableBytes { b in
+                Result { () throws(SystemCallError) in try SystemCall.retrying("read") { Glibc.read(0, b.baseAddress, b.count) } }
             }
+            let n: Int
+            switch read {
+            case .success(let count): n = count
+            case .failure(let error):
+                explicit_bzero(&chunk, chunk.count)
+                throw error.keychainError("cannot read standard input")
+            }
+            if n == 0 { break }
             out += chunk[0..<n]
         }
         explicit_bzero(&chunk, chunk.count)
@@ -34,12 +39,13 @@ enum SecretInput {
         var line: [UInt8] = []
         var byte: UInt8 = 0
         while true {
-            let n = read(0, &byte, 1)
-            if n == 0 { break }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw KeychainError(.io, "cannot read standard input")
+            let n: Int
+            do {
+                n = try SystemCall.retrying("read") { Glibc.read(0, &byte, 1) }
+            } catch {
+                throw error.keychainError("cannot read standard input")
             }
+            if n == 0 { break }
             if byte == 10 { break }
             line.append(byte)
             if line.count > 4096 { throw KeychainError(.param, "the line on standard input is too long") }
@@ -122,13 +128,9 @@ enum EchoGuard {
 
 /// Output helpers: stdout for results, stderr for everything a human reads about errors.
 enum Output {
+    /// A closed or failing standard output (`keychain get | head -c0`) ends the output quietly.
     static func stdout(_ bytes: some ContiguousByteBuffer) {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { write(1, $0.baseAddress! + offset, $0.count - offset) }
-            if n <= 0 { if errno == EINTR { continue }; return }
-            offset += n
-        }
+        bytes.withUnsafeBytes { _ = try? SystemCall.writeAll(1, $0) }
     }
 
     static func line(_ s: String) { stdout(Array((s + "\n").utf8)) }
