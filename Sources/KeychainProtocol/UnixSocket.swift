@@ -19,7 +19,7 @@ public enum SocketFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .closed: "connection closed by peer"
         case .timedOut: "timed out"
         case .badLength(let n): "frame length \(n) is 0 or over the limit"
-        case .system(let call, let e): "\(call): \(String(cString: strerror(e)))"
+        case .system(let call, let e): SystemCallError(call, errno: e).description
         }
     }
 }
@@ -93,16 +93,16 @@ public struct UnixSocket: Sendable {
     /// Waits for a connection; nil when the listening socket was shut down.
     public func accept() throws(SocketFailure) -> UnixSocket? {
         while true {
-            let c = Glibc.accept(fd, nil, nil)
-            if c >= 0 {
+            do {
+                let c = try SystemCall.retrying("accept") { Glibc.accept(fd, nil, nil) }
                 _ = fcntl(c, F_SETFD, FD_CLOEXEC)
                 return UnixSocket(fd: c)
-            }
-            switch errno {
-            case EINTR, ECONNABORTED: continue
-            case EINVAL, EBADF: return nil  // shut down
-            case EMFILE, ENFILE, ENOBUFS, ENOMEM: throw .system("accept", errno)
-            default: throw .system("accept", errno)
+            } catch {
+                switch error.errno {
+                case ECONNABORTED: continue  // the client gave up before we took it
+                case EINVAL, EBADF: return nil  // shut down
+                default: throw .system(error.call, error.errno)  // e.g. out of descriptors
+                }
             }
         }
     }
@@ -121,13 +121,11 @@ public struct UnixSocket: Sendable {
     }
 
     public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(SocketFailure) {
-        var offset = 0
-        while offset < bytes.count {
-            let n = send(fd, bytes.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
-            if n > 0 { offset += n; continue }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 && (errno == EPIPE || errno == ECONNRESET) { throw .closed }
-            throw .system("send", errno)
+        do {
+            try SystemCall.writeAll(bytes, call: "send") { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        } catch {
+            if error.errno == EPIPE || error.errno == ECONNRESET { throw .closed }
+            throw .system(error.call, error.errno)
         }
     }
 
@@ -135,23 +133,29 @@ public struct UnixSocket: Sendable {
     /// `deadline` (MonotonicClock nanoseconds) at the most.
     public func receive(into buffer: UnsafeMutableRawBufferPointer, deadline: UInt64) throws(SocketFailure) -> Int {
         while true {
-            let ms = Self.milliseconds(until: deadline)
-            guard ms > 0 else { throw .timedOut }
+            guard Self.milliseconds(until: deadline) > 0 else { throw .timedOut }
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let p = poll(&pfd, 1, ms)
+            // Each try waits only for what is left, so an interruption does not push the
+            // deadline back.
+            let p: Int32
+            do {
+                p = try SystemCall.retrying("poll") { poll(&pfd, 1, Self.milliseconds(until: deadline)) }
+            } catch {
+                throw .system(error.call, error.errno)
+            }
             if p == 0 { throw .timedOut }
-            if p < 0 {
-                if errno == EINTR { continue }
-                throw .system("poll", errno)
+            let n: Int
+            do {
+                n = try SystemCall.retrying("recv") { recv(fd, buffer.baseAddress!, buffer.count, Int32(MSG_DONTWAIT)) }
+            } catch {
+                switch error.errno {
+                case EAGAIN: continue  // woken with nothing to read after all
+                case ECONNRESET: throw .closed
+                default: throw .system(error.call, error.errno)
+                }
             }
-            let n = recv(fd, buffer.baseAddress!, buffer.count, Int32(MSG_DONTWAIT))
-            if n > 0 { return n }
             if n == 0 { throw .closed }
-            switch errno {
-            case EINTR, EAGAIN: continue
-            case ECONNRESET: throw .closed
-            default: throw .system("recv", errno)
-            }
+            return n
         }
     }
 
