@@ -199,7 +199,6 @@ public struct CredentialHelper {
     }
 
     static func writeErr(_ s: String) {
-        let bytes = Array(s.utf8)
-        _ = bytes.withUnsafeBytes { write(2, $0.baseAddress!, $0.count) }
+        Array(s.utf8).withUnsafeBytes { _ = try? SystemCall.writeAll(2, $0) }
     }
 }

@@ -59,7 +59,7 @@ enum SecretInput {
         let fd = open("/dev/tty", O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { throw KeychainError(.io, "no terminal to prompt on; pipe the value on standard input") }
         defer { close(fd) }
-        _ = text.withCString { write(fd, $0, strlen($0)) }
+        Array(text.utf8).withUnsafeBytes { _ = try? SystemCall.writeAll(fd, $0) }
         var saved = termios()
         tcgetattr(fd, &saved)
         var quiet = saved
@@ -73,7 +73,8 @@ enum SecretInput {
         }
         var line: [UInt8] = []
         var byte: UInt8 = 0
-        while read(fd, &byte, 1) == 1 && byte != 10 {
+        // A signal (a resized window) must not end the passcode early: EINTR is retried.
+        while (try? SystemCall.retrying("read") { Glibc.read(fd, &byte, 1) }) == 1 && byte != 10 {
             line.append(byte)
             if line.count > KeychainLimits.maxSecretBytes { break }
         }
@@ -144,7 +145,6 @@ enum Output {
     static func error(_ s: String) { errorRaw(s + "\n") }
 
     static func errorRaw(_ s: String) {
-        let bytes = Array(s.utf8)
-        _ = bytes.withUnsafeBytes { write(2, $0.baseAddress!, $0.count) }
+        Array(s.utf8).withUnsafeBytes { _ = try? SystemCall.writeAll(2, $0) }
     }
 }
