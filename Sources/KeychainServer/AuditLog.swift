@@ -4,19 +4,21 @@ import Glibc
 import Foundation
 import KeychainModel
 import KeychainProtocol
+import Synchronization
 
 /// The audit trail: one JSON line per call (time, caller uid/pid/app, operation, class,
 /// access group, result code) appended to a 0600 file. Never a secret; service, account and
 /// server only when the config asks. A full disk or any write error is logged once and
 /// serving goes on: an audit log must not take the keychain down.
-final class AuditLog: @unchecked Sendable {
+final class AuditLog: Sendable {
     private let fd: Int32
     private let includeNames: Bool
-    private let lock = NSLock()
-    private var failing = false  // guarded by lock
-    private let log: (String) -> Void
+    /// Whether the last write failed (so a failure is logged once, and the recovery once).
+    /// Held while a line is written, so that lines from several threads never interleave.
+    private let failing = Mutex(false)
+    private let log: @Sendable (String) -> Void
 
-    init(path: String, includeNames: Bool, log: @escaping (String) -> Void) throws {
+    init(path: String, includeNames: Bool, log: @escaping @Sendable (String) -> Void) throws {
         do {
             fd = try SystemCall.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         } catch {
@@ -56,18 +58,18 @@ final class AuditLog: @unchecked Sendable {
             }
         }
         let line = Array((JSONText.object(fields) + "\n").utf8)
-        lock.lock()
-        defer { lock.unlock() }
-        // A line cut short by a signal or a nearly full disk is finished, not left half
-        // written for the next one to run into.
-        let written = line.withUnsafeBytes { b in Result { () throws(SystemCallError) in try SystemCall.writeAll(fd, b) } }
-        if case .failure(let error) = written {
-            if !failing { log("audit log write failed (\(error.reason)); serving goes on, audit lines are being lost") }
-            failing = true
-        } else if failing {
-            failing = false
-            log("audit log writes work again")
+        let news: String? = failing.withLock { failing in
+            // A line cut short by a signal or a nearly full disk is finished, not left half
+            // written for the next one to run into.
+            let written = line.withUnsafeBytes { b in Result { () throws(SystemCallError) in try SystemCall.writeAll(fd, b) } }
+            defer { failing = written.isFailure }
+            switch written {
+            case .failure(let error) where !failing: return "audit log write failed (\(error.reason)); serving goes on, audit lines are being lost"
+            case .success where failing: return "audit log writes work again"
+            default: return nil
+            }
         }
+        if let news { log(news) }
     }
 
     private static func query(of request: Request) -> AttributeDictionary? {
@@ -76,5 +78,12 @@ final class AuditLog: @unchecked Sendable {
         case .update(let q, _): q
         default: nil
         }
+    }
+}
+
+private extension Result {
+    var isFailure: Bool {
+        if case .failure = self { return true }
+        return false
     }
 }
