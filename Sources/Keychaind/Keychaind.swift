@@ -13,7 +13,9 @@ struct Keychaind: ParsableCommand {
         discussion: """
         Runs in the foreground and logs to stderr. Without flags: as root, state in /var/lib/keychaind \
         and socket /run/keychaind/keychaind.sock; otherwise $XDG_DATA_HOME/keychaind and \
-        $XDG_RUNTIME_DIR/keychaind.sock (or /tmp/keychaind-UID/). SIGTERM or SIGINT stops it cleanly.
+        $XDG_RUNTIME_DIR/keychaind.sock (or /tmp/keychaind-UID/). SIGTERM or SIGINT stops it cleanly; \
+        SIGHUP reloads --config; SIGUSR1 locks. With $NOTIFY_SOCKET set (systemd Type=notify) it reports \
+        READY=1, RELOADING=1 and STOPPING=1 there.
         """,
         version: KeychainVersion.current)
 
