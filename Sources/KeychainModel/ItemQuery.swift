@@ -166,8 +166,15 @@ public struct ItemQuery: Sendable, Equatable {
             }
         case "v_Ref":
             throw .param("v_Ref (object references) is not supported over a socket; pass attributes and v_Data")
-        case "u_OpPrompt", "u_AuthUI", "u_NoAuthUI", "u_CallerName":
-            // Authentication UI options: there is never a UI here, so they are accepted and have no effect.
+        case "u_AuthUI":
+            // Skip (leave out items that need authentication) is a search option: Apple's
+            // client refuses it for every other call. Allow and Fail, like the keys below,
+            // concern a UI keychaind never shows: accepted on every call, without effect.
+            if value == .string("u_AuthUIS") && operation != .copyMatching {
+                throw .param("u_AuthUI = u_AuthUIS (skip items that need authentication) is only for copyMatching, not \(operation.rawValue)")
+            }
+        case "u_OpPrompt", "u_NoAuthUI", "u_CallerName":
+            // Apple's client takes these out of every call before it reaches securityd.
             break
         default:
             if key.hasPrefix("m_") {

@@ -231,6 +231,28 @@ import KeychainModel
         #expect(queryStatus(["class": .string("genp"), key: .bool(true)], for: .copyMatching) == .param)
     }
 
+    /// Apple's client: "kSecUseAuthenticationUISkip is allowed only for SecItemCopyMatching".
+    @Test(arguments: [ItemOperation.add, .update, .delete])
+    func authUISkipIsParamOutsideCopyMatching(operation: ItemOperation) {
+        #expect(queryStatus(["class": .string("genp"), "u_AuthUI": .string("u_AuthUIS")], for: operation) == .param)
+    }
+
+    @Test func authUISkipIsAcceptedByCopyMatching() throws {
+        let q = try ItemQuery(["class": .string("genp"), "u_AuthUI": .string("u_AuthUIS")], for: .copyMatching)
+        #expect(q == ItemQuery(itemClass: .genericPassword))
+    }
+
+    /// Allow and Fail, u_NoAuthUI, u_OpPrompt and u_CallerName are taken out by Apple's client
+    /// for every call, so none of them is refused anywhere.
+    @Test(arguments: allOperations, [
+        ("u_AuthUI", AttributeValue.string("u_AuthUIA")), ("u_AuthUI", .string("u_AuthUIF")),
+        ("u_NoAuthUI", .bool(true)), ("u_OpPrompt", .string("Unlock")), ("u_CallerName", .string("app")),
+    ])
+    func otherAuthenticationOptionsAreAcceptedByEveryOperation(operation: ItemOperation, option: (String, AttributeValue)) throws {
+        let q = try ItemQuery(["class": .string("genp"), option.0: option.1], for: operation)
+        #expect(q == ItemQuery(itemClass: .genericPassword))
+    }
+
     @Test(arguments: allOperations)
     func operationPromptIsAcceptedAndNotStored(operation: ItemOperation) throws {
         let q = try ItemQuery(["class": .string("genp"), "u_OpPrompt": .string("Unlock your account")], for: operation)

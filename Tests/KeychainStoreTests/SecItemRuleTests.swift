@@ -1,0 +1,43 @@
+import KeychainCrypto
+import KeychainModel
+import KeychainStorage
+import Testing
+@testable import KeychainStore
+
+/// Rules where an independent client, checking against securityd, found keychaind different
+/// (issue 13): each test is one of Apple's rules, against the in-process store.
+@Suite("SecItem rules securityd follows") struct SecItemRuleTests {
+    // MARK: u_AuthUI
+
+    @Test func authUISkipInAnUpdateIsParamAndChangesNothing() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a", ["labl": .string("old")]))
+        var query = genp("s", "a")
+        query["u_AuthUI"] = .string("u_AuthUIS")
+        expectStatus(.param) { try t.store.update(query, changes: ["labl": .string("new")], scope: TemporaryStore.app) }
+        #expect(try t.attributes(genp("s", "a"))?["labl"] == .string("old"))
+    }
+
+    @Test func authUISkipInADeleteIsParamAndDeletesNothing() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a"))
+        var query = genp("s", "a")
+        query["u_AuthUI"] = .string("u_AuthUIS")
+        expectStatus(.param) { try t.store.delete(query, scope: TemporaryStore.app) }
+        #expect(try t.count(genp("s", "a")) == 1)
+    }
+
+    @Test func authUISkipInAnAddIsParamAndAddsNothing() throws {
+        let t = try TemporaryStore()
+        expectStatus(.param) { try t.add(genp("s", "a", ["u_AuthUI": .string("u_AuthUIS")])) }
+        #expect(try t.store.itemCount() == 0)
+    }
+
+    @Test func authUISkipInCopyMatchingFindsTheItems() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a", ["v_Data": .data([1])]))
+        #expect(try t.secret(genp("s", "a", ["u_AuthUI": .string("u_AuthUIS")])) == [1])
+    }
+
+}
+
