@@ -1,9 +1,10 @@
 import KeychainModel
 import KeychainStorage
 
-/// Identities are never stored: an identity is a certificate joined with the private key
-/// whose application label (klbl) equals the certificate's public-key hash (pkhh). Both
-/// columns hash under one domain, so the join works on hashes without decrypting.
+/// Identities are never stored: an identity is a certificate joined with a key marked private
+/// (priv = 1, kSecAttrIsPrivate) whose application label (klbl) equals the certificate's
+/// public-key hash (pkhh), as in securityd. The key class (kcls) plays no part. Both columns
+/// hash under one domain, so the join works on hashes without decrypting.
 struct Identity {
     var certificate: StoredItem
     var key: StoredItem
@@ -39,7 +40,7 @@ extension ItemStore {
             guard let keyID = certificate.row.hashes["pkhh"] else { continue }
             var keyPlan = plan(.key, attributes: keyAttributes, groups: groups, query: keyQuery)
             keyPlan.filter.hashes.append(("klbl", keyID))
-            keyPlan.checks.append((ClassSchema.key.spec("kcls")!, .int(1)))  // private keys only
+            keyPlan.checks.append((ClassSchema.key.spec("priv")!, .int(1)))
             let (keys, keyCorrupt) = try find(keyPlan, limit: 1, withAttributes: true)
             corrupt += keyCorrupt
             if let key = keys.first { found.append(Identity(certificate: certificate, key: key)) }

@@ -101,7 +101,7 @@ struct RoundTripTests {
         let keyID = [UInt8](repeating: 0x42, count: 20)
         try t.add(["class": .string("cert"), "v_Data": .data(bytes("CERT-DER")), "pkhh": .data(keyID),
                    "slnr": .data([1]), "labl": .string("my identity")])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("PRIVATE")), "klbl": .data(keyID), "kcls": .int(1)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("PRIVATE")), "klbl": .data(keyID), "kcls": .int(1), "priv": .int(1)])
         try t.add(["class": .string("keys"), "v_Data": .data(bytes("PUBLIC")), "klbl": .data(keyID), "kcls": .int(0)])
         let result = try t.copy(["class": .string("idnt"), "labl": .string("my identity"),
                                  "r_Attributes": .bool(true), "r_Data": .bool(true)])
@@ -119,14 +119,14 @@ struct RoundTripTests {
     @Test func certificateWithoutMatchingPrivateKeyIsNoIdentity() throws {
         let t = try TemporaryStore()
         try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([1, 2, 3])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([9, 9, 9]), "kcls": .int(1)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([9, 9, 9]), "kcls": .int(1), "priv": .int(1)])
         expectStatus(.itemNotFound) { _ = try t.copy(["class": .string("idnt")]) }
     }
 
     @Test func deletingAnIdentityDeletesCertificateAndKey() throws {
         let t = try TemporaryStore()
         try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([7])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1), "priv": .int(1)])
         try t.store.delete(["class": .string("idnt")], scope: TemporaryStore.app)
         #expect(try t.store.itemCount() == 0)
     }
@@ -134,7 +134,7 @@ struct RoundTripTests {
     @Test func identityPersistentRefFindsTheSameIdentity() throws {
         let t = try TemporaryStore()
         try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([7])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1), "priv": .int(1)])
         guard case .single(.persistentRef(let ref)) = try t.copy(["class": .string("idnt"), "r_PersistentRef": .bool(true)]) else {
             Issue.record("no persistent ref")
             return
@@ -146,7 +146,7 @@ struct RoundTripTests {
     @Test func updatingAnIdentityChangesCertificateAndKey() throws {
         let t = try TemporaryStore()
         try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([7])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1), "priv": .int(1)])
         try t.store.update(["class": .string("idnt")], changes: ["labl": .string("renamed"), "pdmn": .string("ck")],
                            scope: TemporaryStore.app)
         let cert = try #require(try t.attributes(["class": .string("cert")]))

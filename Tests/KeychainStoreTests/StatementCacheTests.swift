@@ -135,7 +135,7 @@ struct StatementCacheTests {
         let keyID = [UInt8](repeating: 0x42, count: 20)
         try t.add(["class": .string("cert"), "v_Data": .data(Array("CERT".utf8)), "pkhh": .data(keyID),
                    "slnr": .data([1]), "labl": .string("mine")])
-        try t.add(["class": .string("keys"), "v_Data": .data(Array("KEY".utf8)), "klbl": .data(keyID), "kcls": .int(1)])
+        try t.add(["class": .string("keys"), "v_Data": .data(Array("KEY".utf8)), "klbl": .data(keyID), "kcls": .int(1), "priv": .int(1)])
         let other = AccessScope(groups: ["com.example.other", "com.example.other-shared"])  // as many groups as the app: the same shape
         // The other app's own certificate makes its query reach the key lookup.
         try t.add(["class": .string("cert"), "v_Data": .data(Array("C2".utf8)), "pkhh": .data([9, 9]), "slnr": .data([2])], scope: other)
