@@ -279,7 +279,10 @@ public struct ItemChanges: Sendable, Equatable {
                 throw KeychainError(.noSuchAttribute, "class \(cls.rawValue) has no attribute \(key) to update")
             }
             if key == "cdat" || key == "mdat" {
-                throw .param("\(key) is set by the keychain and cannot be updated")
+                // The keychain sets both dates itself (mdat now, cdat kept), as securityd does:
+                // a date given here is checked like any attribute, then has no effect.
+                _ = try ItemQuery.coerce(value, spec: spec)
+                continue
             }
             if key == "sync", case .string("syna") = value {
                 throw .param("sync = syna (any) is only for searches")

@@ -214,9 +214,16 @@ import KeychainModel
         #expect(changesStatus([key: .bool(true)]) == .noSuchAttribute)
     }
 
+    /// securityd sets both dates itself on update: a given date is accepted and has no effect.
     @Test(arguments: ["cdat", "mdat"])
-    func dateStampsCannotBeUpdated(key: String) {
-        #expect(changesStatus([key: .date(1)]) == .param)
+    func dateStampsInChangesAreAcceptedAndIgnored(key: String) throws {
+        let c = try ItemChanges([key: .date(1), "labl": .string("L")], for: .genericPassword)
+        #expect(c.attributes == ["labl": .string("L")])
+    }
+
+    @Test(arguments: ["cdat", "mdat"])
+    func dateStampsInChangesMustStillBeDates(key: String) {
+        #expect(changesStatus([key: .string("yesterday")]) == .param)
     }
 
     @Test func emptyChangesAreParam() {

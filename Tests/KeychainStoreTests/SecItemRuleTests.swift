@@ -63,5 +63,46 @@ import Testing
         #expect(try t.count(["class": .string("idnt")]) == 1)
     }
 
+    // MARK: dates on update
+
+    @Test func anUpdateCarryingMdatSetsItToNowStrictlyLater() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a"))
+        let before = try #require(try t.attributes(genp("s", "a")))
+        // The clock has not moved: mdat still goes forward, and the caller's date is not used.
+        try t.store.update(genp("s", "a"), changes: ["mdat": .date(5), "labl": .string("L")], scope: TemporaryStore.app)
+        let after = try #require(try t.attributes(genp("s", "a")))
+        guard case .date(let old)? = before["mdat"], case .date(let new)? = after["mdat"] else {
+            Issue.record("no mdat")
+            return
+        }
+        #expect(new > old)
+        #expect(new != 5)
+        #expect(after["labl"] == .string("L"))
+    }
+
+    @Test func anUpdateCarryingOnlyMdatStampsTheItemAtTheClock() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a"))
+        t.clock.now += 60
+        try t.store.update(genp("s", "a"), changes: ["mdat": .date(0)], scope: TemporaryStore.app)
+        #expect(try t.attributes(genp("s", "a"))?["mdat"] == .date(t.clock.now))
+    }
+
+    @Test func anUpdateCarryingCdatLeavesTheCreationDate() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a"))
+        let created = try #require(try t.attributes(genp("s", "a"))?["cdat"])
+        t.clock.now += 60
+        try t.store.update(genp("s", "a"), changes: ["cdat": .date(1), "mdat": .date(2)], scope: TemporaryStore.app)
+        #expect(try t.attributes(genp("s", "a"))?["cdat"] == created)
+    }
+
+    @Test func anUpdateCarryingADateThatIsNoDateIsParam() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a"))
+        expectStatus(.param) { try t.store.update(genp("s", "a"), changes: ["mdat": .string("now")], scope: TemporaryStore.app) }
+    }
+
 }
 
