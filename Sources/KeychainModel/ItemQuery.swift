@@ -118,6 +118,7 @@ public struct ItemQuery: Sendable, Equatable {
         if let control = accessControl, operation == .add {
             attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"]).rawValue)
         }
+        if operation == .add { try Self.checkSynchronizable(attributes) }
         if persistentRef != nil, operation == .copyMatching, !attributes.isEmpty {
             throw .param("a query with v_PersistentRef may not name other attributes")
         }
@@ -207,6 +208,15 @@ public struct ItemQuery: Sendable, Equatable {
             return
         }
         attributes[code] = try Self.coerce(value, spec: spec)
+    }
+
+    /// A synchronizable item leaves the device, which a ThisDeviceOnly one never does: the
+    /// combination is errSecParam (Apple documents it as not allowed). For an add, and for the
+    /// attributes an update would leave an item with.
+    public static func checkSynchronizable(_ attributes: AttributeDictionary) throws(KeychainError) {
+        guard attributes["sync"] == .int(1), let pdmn = attributes["pdmn"]?.stringValue.flatMap(Protection.init(rawValue:)),
+              pdmn.isThisDeviceOnly else { return }
+        throw .param("a synchronizable item (sync = 1) cannot be \(pdmn.rawValue): ThisDeviceOnly items never leave this device")
     }
 
     static func spec(_ code: String, in cls: ItemClass) -> AttributeSpec? {

@@ -130,13 +130,14 @@ extension ItemStore {
     }
 
     /// Rewrites each item with the changes: new attributes, secret and mdat, resealed under a
-    /// fresh item key and the class key of its (possibly new) protection domain. The caller
-    /// holds the transaction.
+    /// fresh item key and the class key of its (possibly new) protection domain. An item left
+    /// synchronizable and ThisDeviceOnly is errSecParam. The caller holds the transaction.
     func apply(_ changes: ItemChanges, to items: [StoredItem]) throws(KeychainError) {
         let stamp = now()
         for item in items {
             var attributes = item.attributes
             attributes.merge(changes.attributes) { _, new in new }
+            try ItemQuery.checkSynchronizable(attributes)
             // mdat strictly increases, even if the clock did not move.
             var mdat = stamp
             if case .date(let old)? = item.attributes["mdat"], mdat <= old { mdat = old + 0.001 }

@@ -284,6 +284,29 @@ import KeychainModel
         #expect(try ItemQuery(["class": .string("genp"), "sync": .string("syna")], for: operation).matchesAnySync)
     }
 
+    @Test(arguments: Protection.allCases.filter(\.isThisDeviceOnly))
+    func synchronizableThisDeviceOnlyAddIsParam(protection: Protection) {
+        #expect(queryStatus(["class": .string("genp"), "sync": .bool(true), "pdmn": .string(protection.rawValue)], for: .add) == .param)
+        #expect(queryStatus(["class": .string("genp"), "sync": .int(1), "accc": .string(protection.rawValue)], for: .add) == .param)
+    }
+
+    @Test(arguments: Protection.allCases.filter { !$0.isThisDeviceOnly })
+    func synchronizableItemThatMayLeaveTheDeviceIsAccepted(protection: Protection) throws {
+        let q = try ItemQuery(["class": .string("genp"), "sync": .bool(true), "pdmn": .string(protection.rawValue)], for: .add)
+        #expect(q.attributes["sync"] == .int(1))
+    }
+
+    @Test func synchronizableThisDeviceOnlyIsOnlyAFilterInASearch() throws {
+        _ = try ItemQuery(["class": .string("genp"), "sync": .bool(true), "pdmn": .string("aku")], for: .copyMatching)
+    }
+
+    /// Flags are refused as unimplemented whatever sync says (the code of any unsupported
+    /// access control), not with the errSecParam of Apple's synchronizable-with-constraints rule.
+    @Test(arguments: ["ak;1", "aku;1"])
+    func synchronizableWithAccessControlFlagsIsUnimplemented(accc: String) {
+        #expect(queryStatus(["class": .string("genp"), "sync": .bool(true), "accc": .string(accc)], for: .add) == .unimplemented)
+    }
+
     @Test func syncAnyInAddIsParam() {
         #expect(queryStatus(["class": .string("genp"), "sync": .string("syna")], for: .add) == .param)
     }

@@ -104,5 +104,47 @@ import Testing
         expectStatus(.param) { try t.store.update(genp("s", "a"), changes: ["mdat": .string("now")], scope: TemporaryStore.app) }
     }
 
+    // MARK: synchronizable and ThisDeviceOnly
+
+    @Test func addingASynchronizableThisDeviceOnlyItemIsParam() throws {
+        let t = try TemporaryStore()
+        expectStatus(.param) { try t.add(genp("s", "a", ["sync": .bool(true), "pdmn": .string("cku")])) }
+        #expect(try t.store.itemCount() == 0)
+    }
+
+    @Test func anUpdateMakingASynchronizableItemThisDeviceOnlyIsParam() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a", ["sync": .bool(true)]))
+        let query = genp("s", "a", ["sync": .bool(true)])
+        expectStatus(.param) { try t.store.update(query, changes: ["pdmn": .string("aku")], scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.update(query, changes: ["accc": .string("dku")], scope: TemporaryStore.app) }
+        #expect(try t.attributes(query)?["pdmn"] == .string("ak"))
+    }
+
+    @Test func anUpdateMakingAThisDeviceOnlyItemSynchronizableIsParam() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a", ["pdmn": .string("aku")]))
+        expectStatus(.param) { try t.store.update(genp("s", "a"), changes: ["sync": .bool(true)], scope: TemporaryStore.app) }
+        #expect(try t.count(genp("s", "a")) == 1)
+    }
+
+    @Test func anUpdateOfSeveralItemsThatLeavesOneSynchronizableAndThisDeviceOnlyChangesNone() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a"))
+        try t.add(genp("s", "b", ["pdmn": .string("aku")]))
+        expectStatus(.param) {
+            try t.store.update(["class": .string("genp"), "svce": .string("s")], changes: ["sync": .bool(true)], scope: TemporaryStore.app)
+        }
+        #expect(try t.count(["class": .string("genp"), "svce": .string("s")]) == 2)
+    }
+
+    @Test func synchronizableWithAccessControlFlagsIsUnimplementedOnAddAndUpdate() throws {
+        let t = try TemporaryStore()
+        expectStatus(.unimplemented) { try t.add(genp("s", "a", ["sync": .bool(true), "accc": .string("ak;1")])) }
+        try t.add(genp("s", "a", ["sync": .bool(true)]))
+        expectStatus(.unimplemented) {
+            try t.store.update(genp("s", "a", ["sync": .bool(true)]), changes: ["accc": .string("ak;1")], scope: TemporaryStore.app)
+        }
+    }
 }
 
