@@ -170,10 +170,11 @@ extension AttributeSpec {
         }
         switch kind {
         case .blob:
+            // Apple's blob kind converts strings, data and numbers only: a CFBoolean is not a
+            // CFNumber there, so a boolean is refused rather than stored as 0 or 1.
             switch value {
             case .string, .data, .int: return value
-            case .bool(let b): return .int(b ? 1 : 0)
-            case .date: throw wrongType()
+            case .bool, .date: throw .param("attribute \(code) takes a string, data or a number, not a \(value.typeName)")
             }
         case .data:
             // Apple: a number becomes its 4-byte integer.

@@ -90,8 +90,15 @@ import KeychainModel
         #expect(try coerced("genp", "acct", value) == value)
     }
 
-    @Test func blobAttributeTakesABooleanAsZeroOrOne() throws {
-        #expect(try coerced("genp", "acct", .bool(true)) == .int(1))
+    /// Reference 1.2: blob attributes take CFString, CFData or CFNumber; a CFBoolean is none.
+    @Test(arguments: ["acct", "svce", "gena", "labl", "desc", "icmt", "alis", "prot"], [true, false])
+    func blobAttributeRejectsABoolean(code: String, value: Bool) {
+        #expect(queryStatus(["class": .string("genp"), code: .bool(value)], for: .add) == .param)
+    }
+
+    @Test(arguments: [("inet", "srvr"), ("inet", "sdmn"), ("inet", "atyp"), ("inet", "path"), ("keys", "atag"), ("cert", "alis")])
+    func blobAttributeOfEveryClassRejectsABoolean(cls: String, code: String) {
+        #expect(queryStatus(["class": .string(cls), code: .bool(true)], for: .copyMatching) == .param)
     }
 
     @Test func blobAttributeRejectsADate() {
