@@ -1,6 +1,7 @@
 /// How an attribute's value is coerced and compared (keychain-semantics.md 1.2).
 public enum AttributeKind: Sendable, Hashable {
-    /// String, data or number; keeps the type it was given; matches across string/data.
+    /// String, data or number; keeps the type it was given; a string and data with the same
+    /// bytes match, a number matches only the same number.
     case blob
     /// Bytes; a string is taken as its UTF-8 bytes.
     case data
@@ -208,9 +209,21 @@ extension AttributeSpec {
         }
     }
 
-    /// The bytes that equality and the keyed-hash column use: a string and data with the same
-    /// bytes match (as Apple's hashed columns do); numbers compare by value.
-    public func matchBytes(_ stored: AttributeValue) -> [UInt8] {
+    /// What equality of this attribute compares and what its lookup column hashes. A string
+    /// and data with the same bytes are equal (as in Apple's hashed columns); a number in a
+    /// blob attribute is its own value, equal to no string or data; number attributes compare
+    /// by value (a decimal string was made a number by `coerce`).
+    public func matchKey(_ stored: AttributeValue) -> MatchKey {
+        if kind == .blob, case .int(let i) = stored { return .blobNumber(i) }
+        return .bytes(plainMatchBytes(stored))
+    }
+
+    /// The bytes keychaind hashed before schema version 4 for every value: a number in a blob
+    /// attribute as its decimal text, so that acct 42 and acct "42" shared a column value.
+    /// Only the upgrade of old rows uses it.
+    public func legacyMatchBytes(_ stored: AttributeValue) -> [UInt8] { plainMatchBytes(stored) }
+
+    private func plainMatchBytes(_ stored: AttributeValue) -> [UInt8] {
         switch stored {
         case .string(let s): return Array(s.utf8)
         case .data(let d): return Array(d)  // lookup attributes, never v_Data
@@ -219,6 +232,14 @@ extension AttributeSpec {
         case .date(let t): return withUnsafeBytes(of: t.bitPattern.littleEndian) { Array($0) }
         }
     }
+}
+
+/// One attribute value as equality sees it (`AttributeSpec.matchKey`).
+public enum MatchKey: Sendable, Hashable {
+    /// Strings and data by their bytes; number and date attributes by a canonical encoding.
+    case bytes([UInt8])
+    /// A number held by a blob attribute (acct, svce, labl...).
+    case blobNumber(Int64)
 }
 
 extension Int64 {

@@ -53,6 +53,14 @@ public enum Schema {
         );
         INSERT INTO generation(id, value) VALUES (1, 0);
         """),
+        // Until version 4 a number in a blob attribute (acct 42) hashed as its decimal text, the
+        // same as the string "42"; it now hashes as a number. Rows can only be rehashed with
+        // their class key, so the classes that may hold such rows are listed here and each is
+        // upgraded when its key is loaded (ItemStore.rehashLegacyNumbers).
+        ("v4: classes with rows to rehash", """
+        CREATE TABLE number_rehash(pdmn TEXT PRIMARY KEY);
+        INSERT INTO number_rehash(pdmn) SELECT DISTINCT pdmn FROM items;
+        """),
     ]
 
     public static var currentVersion: Int { migrations.count }

@@ -3,7 +3,7 @@ import KeychainStorage
 
 /// How one class's rows are selected for a query: attributes with a column by SQL equality of
 /// their keyed hashes (16 bytes of keyed BLAKE2b: a false match is a 2^-128 event), the others
-/// checked on the opened item, byte for byte.
+/// checked on the opened item by `AttributeSpec.matchKey`.
 struct SearchPlan {
     var filter: RowFilter
     /// Attributes without a column, matched after decryption.
@@ -15,7 +15,7 @@ struct SearchPlan {
     func matches(_ item: StoredItem) -> Bool {
         for (spec, value) in checks {
             guard let stored = item.attributes[spec.code] else { return false }
-            if spec.matchBytes(stored) != spec.matchBytes(value) { return false }
+            if spec.matchKey(stored) != spec.matchKey(value) { return false }
         }
         return true
     }

@@ -35,7 +35,8 @@ extension ItemStore {
         var row = codec.seal(cls, attributes: attributes, data: data,
                              persistentID: PersistentID.make(at: stamp), classKey: key)
         row.rowid = try database.transaction { () throws(KeychainError) -> Int64 in
-            try insertReplacingCorrupt(row)
+            try checkNoLegacyHolder(of: row, attributes: attributes)
+            return try insertReplacingCorrupt(row)
         }
         let item = StoredItem(row: row, attributes: attributes, data: data)
         return try result(for: [item], query: query, single: true)
@@ -146,6 +147,7 @@ extension ItemStore {
             let row = codec.seal(item.itemClass, attributes: attributes, data: changes.data ?? item.data,
                                  persistentID: item.row.persistentID, classKey: try classKey(pdmn),
                                  rowid: item.row.rowid)
+            try checkNoLegacyHolder(of: row, attributes: attributes)
             do throws(KeychainError) {
                 try table.replace(row)
             } catch where error.status == .duplicateItem {

@@ -56,6 +56,7 @@ public final class ItemStore {
         self.database = database
         self.table = table
         codec = ItemCodec(hasher: LookupHasher(deviceKey: deviceKey))
+        try rehashLegacyNumbers()
         generationRecord = record
     }
 
@@ -154,6 +155,7 @@ public final class ItemStore {
             }
         }
         keybag = next
+        try rehashLegacyNumbers()  // keys just loaded may open rows that wait for it
         return deleted
     }
 

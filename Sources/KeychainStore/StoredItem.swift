@@ -30,18 +30,38 @@ enum PersistentID {
 struct ItemCodec {
     let hasher: LookupHasher
 
-    /// The keyed hash of a coerced attribute value, as its column holds it.
+    /// The keyed hash of a coerced attribute value, as its column holds it. A number in a blob
+    /// attribute hashes under a domain of its own, so no string or data can share its hash.
     func hash(_ spec: AttributeSpec, _ value: AttributeValue) -> [UInt8] {
-        hasher.hash(attribute: spec.code, bytes: spec.matchBytes(value))
+        switch spec.matchKey(value) {
+        case .bytes(let bytes):
+            return hasher.hash(attribute: spec.code, bytes: bytes)
+        case .blobNumber(let n):
+            return hasher.hash(attribute: spec.code + "#number", bytes: withUnsafeBytes(of: n.littleEndian) { Array($0) })
+        }
+    }
+
+    /// The hash keychaind wrote before schema version 4 (a blob number as its decimal text).
+    func legacyHash(_ spec: AttributeSpec, _ value: AttributeValue) -> [UInt8] {
+        hasher.hash(attribute: spec.code, bytes: spec.legacyMatchBytes(value))
     }
 
     /// The hashed columns of an item with these (complete, coerced) attributes.
-    func hashes(of cls: ItemClass, _ attributes: AttributeDictionary) -> [String: [UInt8]] {
+    func hashes(of cls: ItemClass, _ attributes: AttributeDictionary, legacy: Bool = false) -> [String: [UInt8]] {
         var out: [String: [UInt8]] = [:]
         for spec in ClassSchema.of(cls)!.columnAttributes {
-            if let v = attributes[spec.code] { out[spec.code] = hash(spec, v) }
+            if let v = attributes[spec.code] { out[spec.code] = legacy ? legacyHash(spec, v) : hash(spec, v) }
         }
         return out
+    }
+
+    /// Whether one of `specs` is a blob attribute holding a number: the one value whose hash
+    /// changed with schema version 4.
+    static func hasBlobNumber(_ attributes: AttributeDictionary, among specs: [AttributeSpec]) -> Bool {
+        specs.contains { spec in
+            if spec.kind == .blob, case .int? = attributes[spec.code] { return true }
+            return false
+        }
     }
 
     /// The row identity that both encryption layers authenticate: format, class, pdmn, agrp,
@@ -76,6 +96,13 @@ struct ItemCodec {
         var row = ItemRow(itemClass: cls, persistentID: persistentID, accessGroup: agrp, protection: pdmn,
                           sync: sync, created: cdat, modified: mdat, hashes: hashes(of: cls, attributes), blob: [])
         row.rowid = rowid
+        return seal(row, attributes: attributes, data: data, classKey: classKey)
+    }
+
+    /// Seals `attributes` and `data` into `row`, whose columns are already set: the blob
+    /// authenticates them as they are.
+    func seal(_ row: ItemRow, attributes: AttributeDictionary, data: SecretBytes, classKey: SecureKey) -> ItemRow {
+        var row = row
         // Secret first, then the attributes, so that a read of the secret alone need not
         // decode the attributes.
         var w = ByteWriter(capacity: 4 + data.count + 256)

@@ -145,18 +145,30 @@ import KeychainModel
 
     // MARK: AttributeSpec directly
 
-    @Test func specCoerceAndMatchBytesTreatStringAndDataWithTheSameBytesAlike() throws {
+    @Test func stringAndDataWithTheSameBytesMatchInABlobAttribute() throws {
         let spec = try #require(ClassSchema.genericPassword.spec("acct"))
         let s = try spec.coerce(.string("bob"))
         let d = try spec.coerce(.data(Array("bob".utf8)))
         #expect(s != d)
-        #expect(spec.matchBytes(s) == spec.matchBytes(d))
+        #expect(spec.matchKey(s) == spec.matchKey(d))
     }
 
-    @Test func matchBytesCompareNumbersByValue() throws {
+    @Test func numberInABlobAttributeIsNotItsDecimalText() throws {
+        let spec = try #require(ClassSchema.genericPassword.spec("acct"))
+        #expect(spec.matchKey(try spec.coerce(.int(42))) != spec.matchKey(try spec.coerce(.string("42"))))
+        #expect(spec.matchKey(try spec.coerce(.int(42))) != spec.matchKey(try spec.coerce(.data(Array("42".utf8)))))
+        #expect(spec.matchKey(try spec.coerce(.int(42))) == spec.matchKey(try spec.coerce(.int(42))))
+    }
+
+    @Test func legacyMatchBytesOfABlobNumberAreItsDecimalText() throws {
+        let spec = try #require(ClassSchema.genericPassword.spec("acct"))
+        #expect(spec.legacyMatchBytes(.int(42)) == Array("42".utf8))
+    }
+
+    @Test func numberAttributesCompareByValue() throws {
         let spec = try #require(ClassSchema.internetPassword.spec("port"))
-        #expect(spec.matchBytes(try spec.coerce(.string("443"))) == spec.matchBytes(try spec.coerce(.int(443))))
-        #expect(spec.matchBytes(.int(443)) != spec.matchBytes(.int(444)))
+        #expect(spec.matchKey(try spec.coerce(.string("443"))) == spec.matchKey(try spec.coerce(.int(443))))
+        #expect(spec.matchKey(AttributeValue.int(443)) != spec.matchKey(AttributeValue.int(444)))
     }
 
     @Test func primaryKeyDefaultsFollowTheKind() throws {
