@@ -1,0 +1,145 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainClient
+import KeychainModel
+
+/// A command: its spec and what it does.
+struct Command: Sendable {
+    let spec: CommandSpec
+    let body: @Sendable (Context) throws -> Void
+}
+
+private let globalOptions: [(name: String, help: String)] = [
+    ("socket", "keychaind's socket (default: $KEYCHAIN_SOCKET, else the per-user default)."),
+    ("trust-uid", "Also talk to a keychaind running as this uid or user (default: $KEYCHAIN_TRUST_UID); root's and your own are always trusted."),
+]
+private let jsonFlag: [(name: String, help: String)] = [("json", "Machine-readable JSON output.")]
+private let itemOptions: [(name: String, help: String)] = [
+    ("class", "generic-password (default) or internet-password."),
+    ("service", "Service (generic passwords)."),
+    ("account", "Account."),
+    ("server", "Server (internet passwords)."),
+    ("protocol", "Protocol (internet passwords): https, http, ftp, ssh, smtp, imap... or a 4-character code."),
+    ("port", "Port (internet passwords)."),
+    ("path", "Path (internet passwords)."),
+    ("access-group", "Access group (default: the caller's first group)."),
+]
+private let attributeOptions: [(name: String, help: String)] = [
+    ("accessible", "when-unlocked (default), after-first-unlock, always, their -this-device-only forms, when-passcode-set-this-device-only."),
+    ("label", "Label."),
+    ("comment", "Comment."),
+]
+
+let commands: [Command] = [
+    Command(spec: CommandSpec(name: "add", summary: "Add an item; the secret comes from standard input.",
+                              options: globalOptions + itemOptions + attributeOptions, flags: jsonFlag)) { c in
+        var dict = try c.itemQuery().merging(try c.itemAttributes()) { $1 }
+        var secret = try SecretInput.secret()
+        defer { explicit_bzero(&secret, secret.count) }
+        dict["v_Data"] = .data(secret)
+        try c.connection().add(dict)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "get", summary: "Write an item's secret to standard output, exactly (--json: attributes and the secret in base64).",
+                              options: globalOptions + itemOptions, flags: jsonFlag)) { c in
+        var query = try c.itemQuery()
+        query["r_Data"] = .bool(true)
+        if c.json { query["r_Attributes"] = .bool(true) }
+        switch try c.connection().copyMatching(query) {
+        case .single(.data(let secret)):
+            Output.stdout(secret)  // SecretBytes: wiped when released
+        case .single(.attributes(let attrs)):
+            Output.line(JSON.attributes(attrs))
+        default:
+            throw KeychainError(.decode, "unexpected answer from keychaind")
+        }
+    },
+    Command(spec: CommandSpec(name: "update", summary: "Change matching items: a new secret from standard input, and/or attributes.",
+                              options: globalOptions + itemOptions + attributeOptions + [("new-account", "Rename: the new account.")],
+                              flags: jsonFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")])) { c in
+        let query = try c.itemQuery()
+        var changes = try c.itemAttributes()
+        if let v = c.arguments["new-account"] { changes["acct"] = .string(v) }
+        var secret: [UInt8] = []
+        defer { explicit_bzero(&secret, secret.count) }
+        if !c.arguments.has("keep-secret") {
+            secret = try SecretInput.secret()
+            changes["v_Data"] = .data(secret)
+        }
+        guard !changes.isEmpty else {
+            throw UsageError(message: "nothing to change: give attribute options with --keep-secret")
+        }
+        try c.connection().update(query, changes)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "delete", summary: "Delete every matching item.",
+                              options: globalOptions + itemOptions, flags: jsonFlag)) { c in
+        try c.connection().delete(try c.itemQuery())
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "list", summary: "List matching items' attributes (never secrets).",
+                              options: globalOptions + itemOptions, flags: jsonFlag)) { c in
+        try ListCommand.run(c)
+    },
+    Command(spec: CommandSpec(name: "status", summary: "Show keychaind's version, lock state and passcode state.",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        let info = try c.connection().status()
+        if c.json {
+            Output.line(JSON.attributes(info))
+            return
+        }
+        for key in info.keys.sorted() {
+            Output.line("\(key): \(JSON.value(info[key]!).trimmingQuotes)")
+        }
+    },
+    Command(spec: CommandSpec(name: "lock", summary: "Lock the keychain (admin).", options: globalOptions, flags: jsonFlag)) { c in
+        try c.connection().lock()
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "unlock", summary: "Unlock (admin): passcode from a no-echo prompt or one line of standard input.",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        var passcode = try SecretInput.passcode("Passcode")
+        defer { explicit_bzero(&passcode, passcode.count) }
+        try c.connection().unlock(passcode: passcode)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "backup", summary: "Write an encrypted backup of every item that may leave this device (admin; unlocked).",
+                              options: globalOptions + [("out", "The backup file to write (0600, atomically).")],
+                              flags: jsonFlag)) { c in
+        try BackupCommands.backup(c)
+    },
+    Command(spec: CommandSpec(name: "restore", summary: "Restore a backup file here, in one transaction (admin; unlocked).",
+                              options: globalOptions + [("on-conflict", "skip, replace or fail (default: fail, before writing anything).")],
+                              flags: jsonFlag, positional: "FILE")) { c in
+        try BackupCommands.restore(c)
+    },
+    Command(spec: CommandSpec(name: "passcode set", summary: "Set a passcode where there is none (admin).",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        var new = try SecretInput.newPassword("New passcode")
+        defer { explicit_bzero(&new, new.count) }
+        try c.connection().setPasscode(new)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "passcode change", summary: "Change the passcode (admin; reads the old, then the new).",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        var old = try SecretInput.passcode("Current passcode")
+        var new = try SecretInput.newPassword("New passcode")
+        defer { explicit_bzero(&old, old.count); explicit_bzero(&new, new.count) }
+        try c.connection().changePasscode(old: old, new: new)
+        c.printStatusJSON()
+    },
+    Command(spec: CommandSpec(name: "passcode remove", summary: "Remove the passcode (admin); deletes when-passcode-set-this-device-only items.",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        var current = try SecretInput.passcode("Current passcode")
+        defer { explicit_bzero(&current, current.count) }
+        try c.connection().removePasscode(current: current)
+        c.printStatusJSON()
+    },
+]
+
+extension String {
+    var trimmingQuotes: String {
+        hasPrefix("\"") && hasSuffix("\"") && count >= 2 ? String(dropFirst().dropLast()) : self
+    }
+}

@@ -1,0 +1,88 @@
+import KeychainClient
+import KeychainModel
+
+/// One parsed invocation: its options, the connection, and the JSON switch.
+struct Context {
+    let arguments: Arguments
+    let socket: String?
+    /// --trust-uid, resolved when the connection is made (a bad name is a keychain error).
+    let trustUID: String?
+    let json: Bool
+
+    init(_ arguments: Arguments, leadingSocket: String?) throws(UsageError) {
+        self.arguments = arguments
+        socket = arguments["socket"] ?? leadingSocket
+        trustUID = arguments["trust-uid"]
+        json = arguments.has("json")
+    }
+
+    func connection() throws(KeychainError) -> KeychainConnection {
+        KeychainConnection(socketPath: socket, trust: try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) })
+    }
+
+    /// Runs `body`, turning a KeychainError into a message (and JSON with --json) and an exit
+    /// code, and a UsageError into exit 64.
+    func run(_ body: (Context) throws -> Void) -> Int32 {
+        do {
+            try body(self)
+            return ExitStatus.success
+        } catch let error as UsageError {
+            return KeychainCommand.usage(error.message, spec: arguments.spec)
+        } catch let error as KeychainError {
+            if json {
+                Output.line(JSON.object([("error", JSON.quote(error.status.name)), ("status", String(error.status.rawValue)),
+                                         ("message", JSON.quote(error.message))]))
+            }
+            Output.error("keychain: \(error.message) [\(error.status)]")
+            // Backup and restore messages say what to do themselves; the item hints would mislead.
+            if !["backup", "restore"].contains(arguments.spec.name), let hint = ExitStatus.hint(for: error.status) {
+                Output.error("hint: \(hint)")
+            }
+            return ExitStatus.code(for: error.status)
+        } catch {
+            Output.error("keychain: \(error)")
+            return ExitStatus.otherError
+        }
+    }
+
+    func printStatusJSON() {
+        if json { Output.line(JSON.object([("status", "0")])) }
+    }
+
+    // MARK: item naming
+
+    /// The query naming the items: class, service/account, internet fields, access group.
+    func itemQuery() throws(UsageError) -> AttributeDictionary {
+        let a = arguments
+        let internet = try a.choice("class", ["generic-password", "internet-password"]) == "internet-password"
+        let inetOnly = ["server", "protocol", "port", "path"].filter { a[$0] != nil }
+        if !internet, let first = inetOnly.first {
+            throw UsageError(message: "--\(first) needs --class internet-password")
+        }
+        if internet && a["service"] != nil {
+            throw UsageError(message: "--service is for generic passwords; internet passwords use --server")
+        }
+        var q: AttributeDictionary = ["class": .string(internet ? "inet" : "genp")]
+        if let v = a["service"] { q["svce"] = .string(v) }
+        if let v = a["account"] { q["acct"] = .string(v) }
+        if let v = a["server"] { q["srvr"] = .string(v) }
+        if let v = a["protocol"] { q["ptcl"] = .string(InternetProtocol.code(v)) }
+        if let v = try a.integer("port", in: 0...65535) { q["port"] = .int(Int64(v)) }
+        if let v = a["path"] { q["path"] = .string(v) }
+        if let v = a["access-group"] { q["agrp"] = .string(v) }
+        return q
+    }
+
+    /// --accessible, --label, --comment.
+    func itemAttributes() throws(UsageError) -> AttributeDictionary {
+        var attrs: AttributeDictionary = [:]
+        if let name = try arguments.choice("accessible", Accessible.names) {
+            attrs["pdmn"] = .string(Accessible.pdmn(named: name)!)
+        }
+        if let v = arguments["label"] { attrs["labl"] = .string(v) }
+        if let v = arguments["comment"] { attrs["icmt"] = .string(v) }
+        return attrs
+    }
+
+    var isInternetPassword: Bool { arguments["class"] == "internet-password" }
+}
