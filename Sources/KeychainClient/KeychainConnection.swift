@@ -11,9 +11,11 @@ public typealias ServerTrust = KeychainProtocol.ServerTrust
 
 /// A connection to keychaind speaking the SecItem calls: the layer for code that already
 /// thinks in SecItem dictionaries. Thread-safe (calls on one connection take turns; open more
-/// connections for parallelism), usable from async code, and it reconnects after a daemon
-/// restart. Errors are `KeychainError`: the daemon's OSStatus code, or
-/// errSecServiceNotAvailable when keychaind cannot be reached.
+/// connections for parallelism), and it reconnects after a daemon restart. Every call comes in
+/// two forms: a blocking one, and an `async` one for async code, which waits on a thread of its
+/// own rather than on the cooperative pool, and which a cancelled Task interrupts. Errors are
+/// `KeychainError`: the daemon's OSStatus code, errSecServiceNotAvailable when keychaind cannot
+/// be reached, or errSecUserCanceled when an async call's Task is cancelled.
 public final class KeychainConnection: Sendable {
     public let socketPath: String
     /// Longest wait for an answer; keychaind answers at once even when locked, so hitting this
@@ -146,15 +148,82 @@ public final class KeychainConnection: Sendable {
         return summary
     }
 
+    // MARK: async calls
+
+    // The same calls for async code. Each waits for keychaind on a thread of its own, so a slow
+    // or wedged daemon holds none of the cooperative pool's threads. Cancelling the Task ends the
+    // call at once with errSecUserCanceled (a call still waiting its turn on this connection ends
+    // when its turn comes); a cancelled write may or may not have been carried out, as with any
+    // lost connection.
+
+    /// SecItemAdd, for async code.
+    @discardableResult
+    public func add(_ attributes: AttributeDictionary) async throws(KeychainError) -> QueryResult {
+        try await callOffThePool(.add(attributes)).result
+    }
+
+    /// SecItemCopyMatching, for async code.
+    public func copyMatching(_ query: AttributeDictionary) async throws(KeychainError) -> QueryResult {
+        try await callOffThePool(.copyMatching(query)).result
+    }
+
+    /// SecItemUpdate, for async code.
+    public func update(_ query: AttributeDictionary, _ changes: AttributeDictionary) async throws(KeychainError) {
+        _ = try await callOffThePool(.update(query: query, changes: changes))
+    }
+
+    /// SecItemDelete, for async code.
+    public func delete(_ query: AttributeDictionary) async throws(KeychainError) {
+        _ = try await callOffThePool(.delete(query))
+    }
+
+    /// `status()`, for async code.
+    public func status() async throws(KeychainError) -> AttributeDictionary {
+        guard case .single(.attributes(let info)) = try await callOffThePool(.status).result else {
+            throw KeychainError(.decode, "keychaind's status answer has an unexpected shape")
+        }
+        return info
+    }
+
+    public func lock() async throws(KeychainError) { _ = try await callOffThePool(.lock) }
+    public func unlock(passcode: [UInt8]) async throws(KeychainError) {
+        _ = try await callOffThePool(.unlock(passcode: SecretBytes(passcode)))
+    }
+    public func setPasscode(_ new: [UInt8]) async throws(KeychainError) {
+        _ = try await callOffThePool(.setPasscode(new: SecretBytes(new)))
+    }
+    public func changePasscode(old: [UInt8], new: [UInt8]) async throws(KeychainError) {
+        _ = try await callOffThePool(.changePasscode(old: SecretBytes(old), new: SecretBytes(new)))
+    }
+    public func removePasscode(current: [UInt8]) async throws(KeychainError) {
+        _ = try await callOffThePool(.removePasscode(current: SecretBytes(current)))
+    }
+
     // MARK: transport
+
+    /// `call` on a thread of its own, interrupted if the awaiting Task is cancelled.
+    func callOffThePool(_ request: Request) async throws(KeychainError) -> Response {
+        let interrupt = CallInterrupt()
+        let result: Result<Response, KeychainError> = await withTaskCancellationHandler {
+            do throws(KeychainError) {
+                return .success(try await CallThread.run { () throws(KeychainError) in try self.call(request, interrupt: interrupt) })
+            } catch {
+                return .failure(error)
+            }
+        } onCancel: {
+            interrupt.cancel()
+        }
+        return try result.get()
+    }
 
     /// Sends one request and returns the daemon's successful response, or throws its error.
     /// Internal: the wire enum is the protocol's, not the client's API.
-    func call(_ request: Request) throws(KeychainError) -> Response {
+    func call(_ request: Request, interrupt: CallInterrupt? = nil) throws(KeychainError) -> Response {
         let frame = WireCodec.frame(request)
         let response = try socket.withLock { (current) throws(KeychainError) -> Response in
             try exchange(frame, current: &current, retryable: Self.isSafeToRepeat(request),
-                         watchNs: Self.isAnsweredAtOnce(request) ? UInt64(busyPollMicroseconds) * 1000 : 0)
+                         watchNs: Self.isAnsweredAtOnce(request) ? UInt64(busyPollMicroseconds) * 1000 : 0,
+                         interrupt: interrupt)
         }
         if let error = response.error { throw error }
         return response
@@ -178,10 +247,12 @@ public final class KeychainConnection: Sendable {
         }
     }
 
-    private func exchange(_ frame: SecretBytes, current: inout Link?, retryable: Bool, watchNs: UInt64) throws(KeychainError) -> Response {
+    private func exchange(_ frame: SecretBytes, current: inout Link?, retryable: Bool, watchNs: UInt64,
+                          interrupt: CallInterrupt?) throws(KeychainError) -> Response {
         var attempt = 0
         while true {
             attempt += 1
+            if interrupt?.isCancelled == true { throw CallInterrupt.canceled }
             let reused = current != nil
             let link: Link
             if let c = current {
@@ -194,6 +265,10 @@ public final class KeychainConnection: Sendable {
             let connection = link.socket
             var written = false
             do {
+                try interrupt?.begin(connection)
+                // Ends before the handlers below close the socket, so a late cancel cannot shut
+                // down a descriptor number that has been reused.
+                defer { interrupt?.end() }
                 try connection.writeAll(frame)
                 written = true
                 let sent = watchNs > 0 ? MonotonicClock.nanoseconds() : 0
@@ -217,6 +292,7 @@ public final class KeychainConnection: Sendable {
             } catch let failure as SocketFailure {
                 connection.close()
                 current = nil
+                if interrupt?.isCancelled == true { throw CallInterrupt.canceled }
                 // A connection kept from before may have died with a daemon restart: try a
                 // fresh one once, if the request cannot have been half-done.
                 if reused && attempt == 1 && (!written || retryable) && failure == .closed { continue }

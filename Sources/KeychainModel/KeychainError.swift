@@ -6,6 +6,9 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
     case io = -36
     case param = -50
     case allocate = -108
+    /// errSecUserCanceled: the caller gave up on the call (an async call whose Task was
+    /// cancelled); the daemon may or may not have carried out a write.
+    case userCanceled = -128
     case notAvailable = -25291
     case readOnly = -25292
     case authFailed = -25293
@@ -29,6 +32,7 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
         case .io: "errSecIO"
         case .param: "errSecParam"
         case .allocate: "errSecAllocate"
+        case .userCanceled: "errSecUserCanceled"
         case .notAvailable: "errSecNotAvailable"
         case .readOnly: "errSecReadOnly"
         case .authFailed: "errSecAuthFailed"

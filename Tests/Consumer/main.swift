@@ -25,4 +25,18 @@ func check() -> Int32 {
     return 0
 }
 
+/// The async form of a call: the same errors, awaited without holding a thread of the pool.
+func checkAsync() async -> Int32 {
+    let connection = KeychainConnection(socketPath: "/nonexistent/kc.sock")
+    do throws(KeychainError) {
+        _ = try await connection.status()
+        print("unexpected: a daemon answered")
+        return 1
+    } catch {
+        print("async status: \(error.status.name)")
+        return error.status == .serviceNotAvailable ? 0 : 1
+    }
+}
+
 if check() != 0 { fatalError("the consumer check failed") }
+if await checkAsync() != 0 { fatalError("the consumer's async check failed") }

@@ -249,17 +249,17 @@ struct LockStateTests {
     @Test func concurrentUnlocksAllSucceed() async throws {
         let d = try RunningDaemon()
         let setup = KeychainConnection(socketPath: d.socketPath)
-        try setup.setPasscode(passcode)
+        try await setup.setPasscode(passcode)
         try d.restart()
         let socket = d.socketPath
         let code = passcode
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<4 {
-                group.addTask { try KeychainConnection(socketPath: socket).unlock(passcode: code) }
+                group.addTask { try await KeychainConnection(socketPath: socket).unlock(passcode: code) }
             }
             try await group.waitForAll()
         }
-        #expect(try setup.status()["state"] == .string("unlocked"))
+        #expect(try await setup.status()["state"] == .string("unlocked"))
     }
 
     @Test func eraseAfterTooManyWrongPasscodesWhenConfigured() throws {

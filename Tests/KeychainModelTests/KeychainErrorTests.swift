@@ -38,7 +38,7 @@ import KeychainModel
     /// keychain-semantics.md section 5.
     @Test func statusCodesAreApplesOSStatusValues() {
         let expected: [KeychainStatus: Int32] = [
-            .success: 0, .unimplemented: -4, .io: -36, .param: -50, .allocate: -108,
+            .success: 0, .unimplemented: -4, .io: -36, .param: -50, .allocate: -108, .userCanceled: -128,
             .notAvailable: -25291, .readOnly: -25292, .authFailed: -25293, .duplicateItem: -25299,
             .itemNotFound: -25300, .noSuchAttribute: -25303, .noSuchClass: -25306,
             .interactionNotAllowed: -25308, .decode: -26275, .internal: -26276,
