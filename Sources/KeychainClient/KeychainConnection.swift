@@ -30,6 +30,10 @@ public final class KeychainConnection: Sendable {
     /// Which daemons this connection talks to; nil: root, the caller, and KEYCHAIN_TRUST_UID.
     public let trust: ServerTrust?
     private let socket = Mutex<Link?>(nil)
+    /// How many answers this connection has watched for rather than slept for: lets a test see
+    /// which wait a read used (a failure of watching is otherwise invisible, as answers agree).
+    private let watches = Atomic<Int>(0)
+    var watchedReads: Int { watches.load(ordering: .relaxed) }
 
     /// An open connection and the reader that buffers its input.
     private struct Link: @unchecked Sendable {
@@ -274,6 +278,7 @@ public final class KeychainConnection: Sendable {
                 let sent = watchNs > 0 ? MonotonicClock.nanoseconds() : 0
                 var contended = false
                 if watchNs > 0 && link.reads.shouldWatch(windowNs: watchNs) {
+                    watches.add(1, ordering: .relaxed)
                     _ = link.reader.watch(forNs: watchNs) {
                         // A yield that gave the CPU away means other threads want it: stop
                         // watching and let them run.
