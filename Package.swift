@@ -81,7 +81,8 @@ let package = Package(
         // (and so `swift test`) builds with every other product. Not dependencies: the CLI's
         // static-link flags must not reach the test bundle.
         // KeychainStorage: to damage a stopped daemon's database the way a test needs.
-        .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage"]),
+        // KeychainStore: to run one SecItem behaviour suite against the store in process and the daemon.
+        .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage", "KeychainStore"]),
         .testTarget(name: "KeychainServerTests", dependencies: [
             "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",
             .product(name: "Logging", package: "swift-log"),

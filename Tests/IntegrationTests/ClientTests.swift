@@ -5,18 +5,6 @@ import Testing
 
 @Suite("KeychainClient against the real daemon", .serialized)
 struct ClientTests {
-    @Test func secItemCallsRoundTripThroughTheDaemon() throws {
-        let d = try RunningDaemon()
-        let c = KeychainConnection(socketPath: d.socketPath)
-        let item: AttributeDictionary = ["class": .string("genp"), "svce": .string("svc"), "acct": .string("me")]
-        try c.add(item.merging(["v_Data": .data(bytes("one"))]) { $1 })
-        #expect(try c.copyMatching(item.merging(["r_Data": .bool(true)]) { $1 }) == .single(.data(bytes("one"))))
-        try c.update(item, ["v_Data": .data(bytes("two"))])
-        #expect(try c.copyMatching(item.merging(["r_Data": .bool(true)]) { $1 }) == .single(.data(bytes("two"))))
-        try c.delete(item)
-        expectStatus(.itemNotFound) { _ = try c.copyMatching(item) }
-    }
-
     @Test func aConnectionDoesNotBusyPollUnlessAsked() {
         #expect(KeychainConnection(socketPath: "/nonexistent").busyPollMicroseconds == 0)
     }
