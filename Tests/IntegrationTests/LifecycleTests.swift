@@ -78,10 +78,11 @@ struct LifecycleTests {
     @Test func secretsNeverReachTheLog() throws {
         let d = try RunningDaemon()
         let secret = "NEVER-LOG-THIS-7f3a"
-        _ = try d.cli(["add", "--service", "s", "--account", "a"], input: bytes(secret))
-        _ = try d.cli(["add", "--service", "s", "--account", "a"], input: bytes(secret))  // duplicate: an error path
-        _ = try d.cli(["passcode", "set"], input: bytes(secret + "\n"))
-        _ = try d.cli(["unlock"], input: bytes("wrong-" + secret + "\n"))
+        // Each call must reach the daemon and take the path named, or an empty log would pass.
+        #expect(try d.cli(["add", "--service", "s", "--account", "a"], input: bytes(secret)).status == Exit.success)
+        #expect(try d.cli(["add", "--service", "s", "--account", "a"], input: bytes(secret)).status == Exit.duplicate)
+        #expect(try d.cli(["passcode", "set"], input: bytes(secret + "\n")).status == Exit.success)
+        #expect(try d.cli(["unlock"], input: bytes("wrong-" + secret + "\n")).status == Exit.authFailed)
         d.stop()
         #expect(!d.log.contains(secret))
         #expect(!d.log.isEmpty)

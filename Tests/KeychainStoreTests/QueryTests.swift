@@ -99,7 +99,10 @@ struct QueryTests {
 
     @Test func persistentRefWithOtherAttributesIsAParameterError() throws {
         let t = try threeItems()
-        guard case .single(.persistentRef(let ref)) = try t.copy(genp("s", "c", ["r_PersistentRef": .bool(true)])) else { return }
+        guard case .single(.persistentRef(let ref)) = try t.copy(genp("s", "c", ["r_PersistentRef": .bool(true)])) else {
+            Issue.record("expected a persistent reference")
+            return
+        }
         expectStatus(.param) { _ = try t.copy(["v_PersistentRef": .data(ref), "acct": .string("c")]) }
     }
 
