@@ -6,9 +6,6 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
     case io = -36
     case param = -50
     case allocate = -108
-    /// errSecUserCanceled: the caller gave up on the call (an async call whose Task was
-    /// cancelled); the daemon may or may not have carried out a write.
-    case userCanceled = -128
     case notAvailable = -25291
     case readOnly = -25292
     case authFailed = -25293
@@ -23,6 +20,10 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
     /// errSecServiceNotAvailable: the client cannot reach keychaind (not running, wrong socket
     /// path, or the connection broke).
     case serviceNotAvailable = -67585
+    /// errSecUserCanceled: the caller gave up on the call (an async call whose Task was
+    /// cancelled); the daemon may or may not have carried out a write. Last, so that adding it
+    /// moved no other case: a module built against the older list still agrees with this one.
+    case userCanceled = -128
 
     /// Apple's constant name, for messages and for people searching the code they see.
     public var name: String {
@@ -32,7 +33,6 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
         case .io: "errSecIO"
         case .param: "errSecParam"
         case .allocate: "errSecAllocate"
-        case .userCanceled: "errSecUserCanceled"
         case .notAvailable: "errSecNotAvailable"
         case .readOnly: "errSecReadOnly"
         case .authFailed: "errSecAuthFailed"
@@ -45,6 +45,7 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
         case .internal: "errSecInternal"
         case .missingEntitlement: "errSecMissingEntitlement"
         case .serviceNotAvailable: "errSecServiceNotAvailable"
+        case .userCanceled: "errSecUserCanceled"
         }
     }
 
