@@ -21,6 +21,19 @@ struct AsyncClientTests {
         #expect(try await c.status()["state"] == .string("unlocked"))
     }
 
+    @Test func theTypedKeychainLayerHasTheSameCallsForAsyncCode() async throws {
+        let d = try RunningDaemon()
+        let keychain = Keychain(service: "async", connection: KeychainConnection(socketPath: d.socketPath))
+        try await keychain.set("one", forKey: "k")
+        try await keychain.set("two", forKey: "k")  // replaces
+        #expect(try await keychain.string(forKey: "k") == "two")
+        #expect(try await keychain.contains("k"))
+        #expect(try await keychain.allKeys() == ["k"])
+        try await keychain.remove(forKey: "k")
+        #expect(try await keychain.data(forKey: "k") == nil)
+        #expect(try await !keychain.contains("k"))
+    }
+
     /// More calls than the cooperative pool has threads, all waiting for a daemon that holds its
     /// answers: if a call held a pool thread while it waited, this task could not run (nor the
     /// probe) until calls timed out, and the probe would see calls that had ended.

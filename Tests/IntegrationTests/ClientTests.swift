@@ -96,13 +96,13 @@ struct ClientTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for i in 0..<16 {
                 group.addTask {
-                    try keychain.set("value-\(i)", forKey: "key-\(i)")
-                    #expect(try keychain.string(forKey: "key-\(i)") == "value-\(i)")
+                    try await keychain.set("value-\(i)", forKey: "key-\(i)")
+                    #expect(try await keychain.string(forKey: "key-\(i)") == "value-\(i)")
                 }
             }
             try await group.waitForAll()
         }
-        #expect(try keychain.allKeys().count == 16)
+        #expect(try await keychain.allKeys().count == 16)
     }
 
     @Test func theSameConnectionReconnectsAfterADaemonRestart() throws {
