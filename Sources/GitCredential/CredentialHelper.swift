@@ -36,10 +36,15 @@ public struct CredentialHelper {
         return fields
     }
 
-    /// The identity of the credential git describes; nil when git gave no host (nothing to
-    /// look for, e.g. a local path).
-    func identity(_ fields: [String: String], authType: String = "dflt") -> AttributeDictionary? {
-        guard let hostField = fields["host"], !hostField.isEmpty else { return nil }
+    /// The attributes naming the credential git describes; nil when git named neither a host
+    /// nor a path (git's own store helper then has no key either). A `cert://` credential has
+    /// an empty host and the certificate file as its path. `asQuery`: a field git left out
+    /// (path, username) matches any value, as in git's store helper and libsecret; when
+    /// storing, a missing path is the empty one.
+    func identity(_ fields: [String: String], authType: String = "dflt", asQuery: Bool) -> AttributeDictionary? {
+        let hostField = fields["host"] ?? ""
+        let path = fields["path"] ?? ""
+        guard !hostField.isEmpty || !path.isEmpty else { return nil }
         var host = hostField
         var port: Int64 = 0
         // host may carry a port ("example.com:8443"; IPv6 "[::1]:8443").
@@ -50,21 +55,56 @@ public struct CredentialHelper {
         }
         var item: AttributeDictionary = [
             "class": .string("inet"), "srvr": .string(host), "port": .int(port),
-            "ptcl": .string(InternetProtocol.code(fields["protocol"] ?? "")),
-            "path": .string(fields["path"] ?? ""), "atyp": .string(authType),
+            "ptcl": .string(InternetProtocol.code(fields["protocol"] ?? "")), "atyp": .string(authType),
         ]
-        if let user = fields["username"] { item["acct"] = .string(user) }
+        if !asQuery || fields["path"] != nil { item["path"] = .string(path) }
+        if let user = fields["username"] {
+            item["acct"] = .string(user)
+        } else if !asQuery {
+            item["acct"] = .string("")
+        }
         return item
+    }
+
+    /// Every stored credential a query matches, with attributes and password.
+    private func matches(_ query: AttributeDictionary) throws(KeychainError) -> [AttributeDictionary] {
+        var q = query
+        q["r_Attributes"] = .bool(true)
+        q["r_Data"] = .bool(true)
+        q["m_Limit"] = .string("m_LimitAll")
+        do {
+            guard case .list(let found) = try connection.copyMatching(q) else { return [] }
+            return found.compactMap { if case .attributes(let a) = $0 { a } else { nil } }
+        } catch where error.status == .itemNotFound {
+            return []
+        }
+    }
+
+    /// Which of several matching credentials `get` returns, so that the answer does not
+    /// depend on the daemon's row order: the one stored with exactly the path git sent (no
+    /// path: the one stored without one), then the most recently stored, as git's store
+    /// helper (which writes the newest credential first); then by path and username.
+    static func preferred(_ found: [AttributeDictionary], path: String?) -> AttributeDictionary? {
+        func key(_ item: AttributeDictionary) -> (exact: Bool, modified: Double, path: String, account: String) {
+            let storedPath = item["path"]?.stringValue ?? ""
+            var modified = 0.0
+            if case .date(let d)? = item["mdat"] { modified = d }
+            return (storedPath == (path ?? ""), modified, storedPath, item["acct"]?.stringValue ?? "")
+        }
+        return found.min { a, b in
+            let x = key(a), y = key(b)
+            if x.exact != y.exact { return x.exact }
+            if x.modified != y.modified { return x.modified > y.modified }
+            if x.path != y.path { return x.path < y.path }
+            return x.account < y.account
+        }
     }
 
     /// `get`: the matching credential as git's lines, or nothing.
     public func get(_ fields: [String: String]) -> String {
-        guard let query = identity(fields) else { return "" }
+        guard let query = identity(fields, asQuery: true) else { return "" }
         do {
-            var q = query
-            q["r_Attributes"] = .bool(true)
-            q["r_Data"] = .bool(true)
-            guard case .single(.attributes(let found)) = try connection.copyMatching(q),
+            guard let found = Self.preferred(try matches(query), path: fields["path"]),
                   case .data(let password)? = found["v_Data"],
                   let passwordText = String(validating: password, as: UTF8.self) else { return "" }
             var out = ""
@@ -81,9 +121,16 @@ public struct CredentialHelper {
         }
     }
 
+    /// The exact identity of a stored credential (its primary key), to act on it alone.
+    private static func exactIdentity(of found: AttributeDictionary, authType: String) -> AttributeDictionary {
+        var q: AttributeDictionary = ["class": .string("inet"), "atyp": .string(authType)]
+        for code in ["srvr", "ptcl", "port", "path", "acct", "sdmn", "agrp"] { q[code] = found[code] }
+        return q
+    }
+
     private func refreshToken(_ found: AttributeDictionary) throws(KeychainError) -> String? {
-        var q: AttributeDictionary = ["class": .string("inet"), "atyp": .string("oaut"), "r_Data": .bool(true)]
-        for code in ["srvr", "ptcl", "port", "path", "acct"] { q[code] = found[code] }
+        var q = Self.exactIdentity(of: found, authType: "oaut")
+        q["r_Data"] = .bool(true)
         do {
             guard case .single(.data(let token)) = try connection.copyMatching(q) else { return nil }
             return String(validating: token, as: UTF8.self)
@@ -93,16 +140,20 @@ public struct CredentialHelper {
     }
 
     /// `store`: adds or replaces the credential (and its refresh token, if git sent one).
+    /// Like git's store helper, a credential needs a username, except a certificate's
+    /// passphrase (git sends an empty one, or none).
     public func store(_ fields: [String: String]) {
-        guard var item = identity(fields), fields["username"] != nil, let password = fields["password"] else { return }
+        guard var item = identity(fields, asQuery: false), let password = fields["password"],
+              fields["username"] != nil || fields["protocol"] == "cert" else { return }
+        let name = fields["host"].flatMap { $0.isEmpty ? nil : $0 } ?? fields["path"] ?? ""
         var changes: AttributeDictionary = ["v_Data": .data(Array(password.utf8)),
-                                            "labl": .string("git: \(fields["host"] ?? "")")]
+                                            "labl": .string("git: \(name)")]
         if let expiry = fields["password_expiry_utc"], Int64(expiry) != nil { changes["icmt"] = .string(expiry) }
         do {
             try upsert(item, changes)
             if let token = fields["oauth_refresh_token"] {
                 item["atyp"] = .string("oaut")
-                try upsert(item, ["v_Data": .data(Array(token.utf8)), "labl": .string("git refresh token: \(fields["host"] ?? "")")])
+                try upsert(item, ["v_Data": .data(Array(token.utf8)), "labl": .string("git refresh token: \(name)")])
             }
         } catch {
             quietly(error)
@@ -117,24 +168,34 @@ public struct CredentialHelper {
         }
     }
 
-    /// `erase`: removes the matching credential and its refresh token. When git names the
-    /// password (it does since 2.40) only a credential with that password is erased, so a
-    /// credential stored since by another process survives.
+    /// `erase`: removes the matching credentials and their refresh tokens. When git names the
+    /// password (it does since 2.40), only the credentials with that password are erased, each
+    /// on its own, so a credential stored since by another process survives.
     public func erase(_ fields: [String: String]) {
-        guard let query = identity(fields) else { return }
+        guard let query = identity(fields, asQuery: true) else { return }
         do {
             if let password = fields["password"] {
-                var q = query
-                q["r_Data"] = .bool(true)
-                guard case .single(.data(let stored)) = try connection.copyMatching(q), stored == SecretBytes(password.utf8) else { return }
+                let wanted = SecretBytes(password.utf8)
+                for found in try matches(query) {
+                    guard case .data(let stored)? = found["v_Data"], stored == wanted else { continue }
+                    try deleteIfPresent(Self.exactIdentity(of: found, authType: "dflt"))
+                    try deleteIfPresent(Self.exactIdentity(of: found, authType: "oaut"))
+                }
+            } else {
+                try deleteIfPresent(query)
+                var token = query
+                token["atyp"] = .string("oaut")
+                try deleteIfPresent(token)
             }
-            try? connection.delete(query)
-            var token = query
-            token["atyp"] = .string("oaut")
-            try? connection.delete(token)
         } catch {
             quietly(error)
         }
+    }
+
+    private func deleteIfPresent(_ query: AttributeDictionary) throws(KeychainError) {
+        do {
+            try connection.delete(query)
+        } catch where error.status == .itemNotFound {}
     }
 
     /// A failure never reaches git's standard output: git then asks the user, as without a

@@ -116,4 +116,65 @@ struct GitCredentialTests {
         #expect(try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n", asUser: other).text.contains("password=theirs"))
         #expect(try git(d, "fill", "protocol=https\nhost=git.example.com\n").text.contains("password=s3cret-token"))
     }
+
+    func storedAccounts(_ d: RunningDaemon) throws -> [String] {
+        let listed = try d.cli(["list", "--class", "internet-password", "--json"])
+        let items = try JSONSerialization.jsonObject(with: Data(listed.stdout)) as? [[String: Any]] ?? []
+        return items.compactMap { $0["acct"] as? String }.sorted()
+    }
+
+    @Test func aFillWithoutPathFindsACredentialStoredWithOne() throws {
+        let d = try RunningDaemon()
+        _ = try git(d, "approve", "protocol=https\nhost=git.example.com\npath=team/one.git\nusername=u1\npassword=p1\n", useHttpPath: true)
+        let fill = try git(d, "fill", "protocol=https\nhost=git.example.com\npath=team/one.git\n")
+        #expect(fill.status == 0, "\(fill.stderr)")
+        #expect(fill.text.contains("username=u1\n") && fill.text.contains("password=p1\n"))
+    }
+
+    @Test func aRejectWithoutPathRemovesPathSpecificCredentialsToo() throws {
+        let d = try RunningDaemon()
+        _ = try git(d, "approve", "protocol=https\nhost=git.example.com\npath=team/one.git\nusername=u1\npassword=p1\n", useHttpPath: true)
+        _ = try git(d, "approve", "protocol=https\nhost=git.example.com\npath=team/two.git\nusername=u2\npassword=p2\n", useHttpPath: true)
+        _ = try git(d, "approve", "protocol=https\nhost=other.example.com\nusername=u3\npassword=p3\n")
+        #expect(try git(d, "reject", "protocol=https\nhost=git.example.com\n").status == 0)
+        #expect(try storedAccounts(d) == ["u3"])
+    }
+
+    @Test func aFillMatchingSeveralReturnsTheOneWithoutPathThenTheNewest() throws {
+        let d = try RunningDaemon()
+        func approve(_ path: String?, _ user: String) throws {
+            let line = path.map { "path=\($0)\n" } ?? ""
+            _ = try git(d, "approve", "protocol=https\nhost=git.example.com\n\(line)username=\(user)\npassword=pw-\(user)\n", useHttpPath: true)
+        }
+        func filled() throws -> String { try git(d, "fill", "protocol=https\nhost=git.example.com\n").text }
+        try approve("team/one.git", "one")
+        try approve("team/two.git", "two")
+        #expect(try filled().contains("username=two\n"))  // the newest
+        try approve("team/one.git", "one")                 // stored again: now the newest
+        #expect(try filled().contains("username=one\n"))
+        try approve(nil, "hostwide")
+        try approve("team/two.git", "two")
+        #expect(try filled().contains("username=hostwide\n"))  // stored without a path: exact
+    }
+
+    @Test func eraseWithAPasswordAndNoUsernameRemovesExactlyTheCredentialsWithThatPassword() throws {
+        let d = try RunningDaemon()
+        for (user, password) in [("alice", "other"), ("bob", "shared"), ("carol", "shared")] {
+            _ = try git(d, "approve", "protocol=https\nhost=git.example.com\nusername=\(user)\npassword=\(password)\n")
+        }
+        let erase = try run(d, Self.helper, ["erase"], input: "protocol=https\nhost=git.example.com\npassword=shared\n")
+        #expect(erase.status == 0, "\(erase.stderr)")
+        #expect(try storedAccounts(d) == ["alice"])
+    }
+
+    @Test func certCredentialsAreStoredAndFoundByTheirCertificateFile() throws {
+        let d = try RunningDaemon()
+        // What git sends for a client certificate's passphrase (http.sslCertPasswordProtected).
+        let approve = try git(d, "approve", "protocol=cert\nhost=\nusername=\npath=/home/me/client.p12\npassword=passphrase\n")
+        #expect(approve.status == 0, "\(approve.stderr)")
+        let fill = try git(d, "fill", "protocol=cert\nhost=\npath=/home/me/client.p12\n")
+        #expect(fill.status == 0, "\(fill.stderr)")
+        #expect(fill.text.contains("password=passphrase\n"))
+        #expect(try git(d, "fill", "protocol=cert\nhost=\npath=/home/me/other.p12\n").status != 0)
+    }
 }
