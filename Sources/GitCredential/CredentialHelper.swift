@@ -204,7 +204,11 @@ public struct CredentialHelper {
         switch error.status {
         case .itemNotFound: break
         case .interactionNotAllowed: warn("keychain: locked; run `keychain unlock` to use stored git credentials")
-        case .serviceNotAvailable: warn("keychain: keychaind is not reachable; git credentials are not stored or read")
+        case .serviceNotAvailable:
+            // The connection's message says what went wrong; the socket is named again because
+            // the helper has no --socket option to point it elsewhere.
+            warn("keychain: \(error.message)")
+            warn("keychain: git credentials are not read or stored until keychaind answers at \(connection.socketPath) (set KEYCHAIN_SOCKET to use another socket)")
         default: warn("keychain: \(error.message)")
         }
     }
@@ -213,6 +217,11 @@ public struct CredentialHelper {
     /// `[--trust-uid UID] ACTION`: git passes what follows the helper's name in
     /// credential.helper, so `keychain --trust-uid 995` trusts a daemon running as uid 995.
     public static func main(arguments: [String]) -> Int32 {
+        // Before anything reads standard input: at a terminal, that would wait for EOF.
+        if arguments.contains(where: { $0 == "--help" || $0 == "-h" }) {
+            writeOut(usageText)
+            return 0
+        }
         var arguments = arguments[...]
         var trust: ServerTrust?
         if arguments.first == "--trust-uid" {
@@ -237,8 +246,16 @@ public struct CredentialHelper {
         return 0
     }
 
+    static let usageText = """
+        usage: git-credential-keychain [--trust-uid UID] get|store|erase
+        git runs it with the credential on standard input; set it up with
+          git config --global credential.helper keychain
+        It talks to keychaind at $KEYCHAIN_SOCKET, else the default socket (docs/git-credential.md).
+
+        """
+
     static func usage() -> Int32 {
-        writeErr("usage: git-credential-keychain [--trust-uid UID] get|store|erase (git runs it; see docs/git-credential.md)\n")
+        writeErr(usageText)
         return 64
     }
 

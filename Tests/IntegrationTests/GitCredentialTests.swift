@@ -103,7 +103,7 @@ struct GitCredentialTests {
         let d = try RunningDaemon(start: false)
         let got = try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n")
         #expect(got.status == 0 && got.stdout.isEmpty)
-        #expect(got.stderr.contains("not reachable"))
+        #expect(got.stderr.contains("cannot reach keychaind"))
     }
 
     @Test func aCredentialStoredByOneUidIsInvisibleToAnother() throws {
@@ -176,5 +176,32 @@ struct GitCredentialTests {
         #expect(fill.status == 0, "\(fill.stderr)")
         #expect(fill.text.contains("password=passphrase\n"))
         #expect(try git(d, "fill", "protocol=cert\nhost=\npath=/home/me/other.p12\n").status != 0)
+    }
+
+    @Test func helpPrintsUsageWithoutReadingStandardInput() throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.helper)
+        p.arguments = ["--help"]
+        let stdin = Pipe(), stdout = Pipe()
+        p.standardInput = stdin  // left open, as a terminal would be
+        p.standardOutput = stdout
+        try p.run()
+        let deadline = Date().addingTimeInterval(10)
+        while p.isRunning && Date() < deadline { usleep(10_000) }
+        let finished = !p.isRunning
+        if !finished { kill(p.processIdentifier, SIGKILL) }
+        p.waitUntilExit()
+        try stdin.fileHandleForWriting.close()
+        #expect(finished, "--help waited for standard input")
+        #expect(p.terminationStatus == 0)
+        #expect(String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("usage: git-credential-keychain"))
+    }
+
+    @Test func anUnreachableDaemonMessageNamesTheSocketAndKEYCHAIN_SOCKET() throws {
+        let d = try RunningDaemon(start: false)
+        let got = try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n")
+        #expect(got.stdout.isEmpty)
+        #expect(got.stderr.contains(d.socketPath), "\(got.stderr)")
+        #expect(got.stderr.contains("KEYCHAIN_SOCKET"), "\(got.stderr)")
     }
 }
