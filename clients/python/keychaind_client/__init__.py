@@ -32,11 +32,15 @@ _EPOCH_2001 = 978307200.0
 
 
 class Status:
-    """OSStatus codes keychaind returns (docs/protocol.md, section 4)."""
+    """OSStatus codes keychaind returns (docs/protocol.md, section 4): every code of the
+    daemon's KeychainStatus, so that a caller can name any status it may see."""
     SUCCESS = 0
     UNIMPLEMENTED = -4
+    IO = -36
     PARAM = -50
+    ALLOCATE = -108
     NOT_AVAILABLE = -25291
+    READ_ONLY = -25292
     AUTH_FAILED = -25293
     DUPLICATE_ITEM = -25299
     ITEM_NOT_FOUND = -25300
@@ -44,6 +48,7 @@ class Status:
     NO_SUCH_CLASS = -25306
     INTERACTION_NOT_ALLOWED = -25308
     DECODE = -26275
+    INTERNAL = -26276
     MISSING_ENTITLEMENT = -34018
     SERVICE_NOT_AVAILABLE = -67585
 

@@ -1,3 +1,8 @@
+import os
+import re
+import shutil
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -125,3 +130,24 @@ def test_several_large_secrets_arrive_in_one_answer(conn):
         conn.add({"class": "genp", "svce": "big", "acct": "b%d" % i, "v_Data": s})
     got = conn.copy_matching({"class": "genp", "svce": "big", "m_Limit": "m_LimitAll", "r_Data": True})
     assert sorted(got) == sorted(secrets)
+
+
+def test_status_lists_every_code_the_daemon_sends():
+    swift = os.path.join(os.path.dirname(__file__), "..", "..", "..", "Sources", "KeychainModel", "KeychainError.swift")
+    with open(swift) as f:
+        daemon_codes = {int(v) for v in re.findall(r"^\s*case \S+ = (-?\d+)\s*$", f.read(), re.M)}
+    assert len(daemon_codes) > 10
+    client_codes = {v for k, v in vars(Status).items() if k.isupper()}
+    assert daemon_codes - client_codes == set()
+
+
+def test_the_package_ships_py_typed(tmp_path):
+    # setuptools' build step for the package, on a copy (it writes next to the sources): what
+    # it puts in the build directory is what a wheel or an install holds.
+    pytest.importorskip("setuptools")
+    here = os.path.join(os.path.dirname(__file__), "..")
+    project = tmp_path / "project"
+    shutil.copytree(here, str(project), ignore=shutil.ignore_patterns("*.egg-info", "__pycache__", "tests"))
+    subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "--quiet", "build_py",
+                    "--build-lib", str(tmp_path / "lib")], cwd=str(project), check=True, capture_output=True, timeout=300)
+    assert (tmp_path / "lib" / "keychaind_client" / "py.typed").is_file()
