@@ -22,7 +22,7 @@ import stat
 import struct
 import threading
 
-__all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path", "Status"]
+__all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path", "Status", "ACCESSIBLE"]
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = (1 << 20) + (256 << 10)
@@ -51,6 +51,27 @@ class Status:
     INTERNAL = -26276
     MISSING_ENTITLEMENT = -34018
     SERVICE_NOT_AVAILABLE = -67585
+
+
+#: kSecAttrAccessible by the names the keychain CLI uses, with the pdmn code each stands for.
+ACCESSIBLE = {
+    "when-unlocked": "ak",
+    "after-first-unlock": "ck",
+    "always": "dk",
+    "when-unlocked-this-device-only": "aku",
+    "after-first-unlock-this-device-only": "cku",
+    "always-this-device-only": "dku",
+    "when-passcode-set-this-device-only": "akpu",
+}
+
+
+def _pdmn(accessible):
+    """The pdmn code for an accessibility name (or for a pdmn code, kept as it is)."""
+    if accessible in ACCESSIBLE:
+        return ACCESSIBLE[accessible]
+    if accessible in ACCESSIBLE.values():
+        return accessible
+    raise ValueError("accessible must be one of %s, not %r" % (", ".join(ACCESSIBLE), accessible))
 
 
 class KeychainError(Exception):
@@ -229,6 +250,20 @@ class Connection:
                 self._sock.close()
                 self._sock = None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # A connection dropped without close() (a keyring backend lives until exit) must not
+        # leave its socket to the garbage collector, which warns (ResourceWarning) at exit.
+        sock = getattr(self, "_sock", None)
+        if sock is not None:
+            self._sock = None
+            sock.close()
+
     # SecItem calls
     def add(self, attributes):
         return self._call("add", _encode_dict(attributes))
@@ -281,7 +316,8 @@ class Connection:
 
     def _unreachable(self, e):
         return KeychainError(Status.SERVICE_NOT_AVAILABLE,
-                             "cannot reach keychaind at %s (%s); start it with `keychaind`"
+                             "cannot reach keychaind at %s (%s); start it with `keychaind`, "
+                             "or set KEYCHAIN_SOCKET to where it listens"
                              % (self.socket_path, e.strerror or e))
 
     def _check_private_dir(self):
@@ -417,10 +453,13 @@ class Connection:
             raise
 
     def set_password(self, service, account, secret, accessible=None):
-        """Adds or replaces a generic password; secret is bytes or str."""
+        """Adds or replaces a generic password; secret is bytes or str. accessible: when the
+        secret is readable, by name ("when-unlocked", the default; "after-first-unlock"...,
+        see ACCESSIBLE) or by its pdmn code."""
         data = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
         item = {"class": "genp", "svce": service, "acct": account, "v_Data": data}
         if accessible:
+            accessible = _pdmn(accessible)
             item["pdmn"] = accessible
         try:
             self.add(item)
@@ -433,7 +472,8 @@ class Connection:
             self.update({"class": "genp", "svce": service, "acct": account}, changes)
 
     def delete_password(self, service, account):
-        """Deletes a generic password; KeychainError(ITEM_NOT_FOUND) when there is none."""
+        """Deletes a generic password; KeychainError(ITEM_NOT_FOUND) when there is none.
+        Works while the keychain is locked, as SecItemDelete does: deleting needs no class key."""
         self.delete({"class": "genp", "svce": service, "acct": account})
 
 

@@ -9,8 +9,6 @@ generic-password items: service -> svce, username -> acct, the password (UTF-8) 
 in the caller's default access group.
 """
 
-import os
-
 from keyring import credentials, errors
 from keyring.backend import KeyringBackend
 
@@ -38,15 +36,25 @@ class KeychaindKeyring(KeyringBackend):
 
     @classproperty
     def priority(cls):
-        # Preferred when a keychaind socket is there; not viable otherwise.
-        if not os.path.exists(Connection().socket_path):
-            raise RuntimeError("no keychaind socket")
+        # Preferred when a keychaind answers; not viable otherwise. A socket file alone proves
+        # nothing: a daemon that exited (or was killed) leaves it behind.
+        with Connection(timeout=2.0) as probe:
+            try:
+                probe.status()
+            except KeychainError as e:
+                raise RuntimeError("keychaind does not answer: %s" % e.message) from None
         return 9
 
-    def _translate(self, e):
+    def close(self):
+        self.connection.close()
+
+    @staticmethod
+    def _translate(e, error=errors.KeyringError):
+        # A locked keychain is KeyringLocked whatever the call, with the hint; other failures
+        # are `error` with keychaind's message, which names the socket when it is unreachable.
         if e.status == Status.INTERACTION_NOT_ALLOWED:
             return _locked_error()("the keychain is locked: run `keychain unlock`")
-        return errors.KeyringError(str(e))
+        return error(str(e))
 
     def get_password(self, service, username):
         try:
@@ -59,15 +67,18 @@ class KeychaindKeyring(KeyringBackend):
         try:
             self.connection.set_password(service, username, password)
         except KeychainError as e:
-            raise errors.PasswordSetError(str(e)) from None
+            raise self._translate(e, errors.PasswordSetError) from None
 
     def delete_password(self, service, username):
+        # Proceeds while the keychain is locked, as SecItemDelete does on Apple's platforms:
+        # deleting needs no class key (the service and account are matched without opening
+        # the item).
         try:
             self.connection.delete_password(service, username)
         except KeychainError as e:
             if e.status == Status.ITEM_NOT_FOUND:
                 raise errors.PasswordDeleteError("no password for %s / %s" % (service, username)) from None
-            raise errors.PasswordDeleteError(str(e)) from None
+            raise self._translate(e, errors.PasswordDeleteError) from None
 
     def get_credential(self, service, username):
         query = {"class": "genp", "svce": service, "r_Attributes": True, "r_Data": True}

@@ -34,7 +34,11 @@ class Daemon:
         deadline = time.time() + 20
         while time.time() < deadline:
             try:
-                Connection(self.socket).status()
+                c = Connection(self.socket)
+                try:
+                    c.status()
+                finally:
+                    c.close()
                 return
             except Exception:
                 if self.process.poll() is not None:

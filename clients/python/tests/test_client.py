@@ -141,6 +141,14 @@ def test_status_lists_every_code_the_daemon_sends():
     assert daemon_codes - client_codes == set()
 
 
+def test_set_password_takes_accessibility_by_name(conn):
+    conn.set_password("svc", "me", "x", accessible="after-first-unlock")
+    assert conn.copy_matching({"class": "genp", "svce": "svc", "r_Attributes": True})["pdmn"] == "ck"
+    with pytest.raises(ValueError) as e:
+        conn.set_password("svc", "me", "x", accessible="sometimes")
+    assert "when-unlocked" in str(e.value)
+
+
 def test_the_package_ships_py_typed(tmp_path):
     # setuptools' build step for the package, on a copy (it writes next to the sources): what
     # it puts in the build directory is what a wheel or an install holds.

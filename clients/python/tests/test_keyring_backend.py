@@ -1,3 +1,8 @@
+import os
+import socket
+import subprocess
+import sys
+
 import keyring
 import pytest
 from keyring import errors
@@ -59,3 +64,79 @@ def test_the_backend_is_viable_only_where_a_socket_exists(daemon, monkeypatch):
     monkeypatch.setenv("KEYCHAIN_SOCKET", "/tmp/no-such-keychaind.sock")
     with pytest.raises(RuntimeError):
         KeychaindKeyring.priority
+
+
+def locked(daemon):
+    c = Connection(daemon.socket)
+    c.set_passcode("1234")
+    c.lock()
+    c.close()
+
+
+def unlocked(daemon):
+    c = Connection(daemon.socket)
+    c.unlock("1234")
+    c.close()
+
+
+def test_a_locked_keychain_on_set_password_raises_keyring_locked_with_the_unlock_hint(backend, daemon):
+    keyring.set_password("svc", "me", "x")
+    locked(daemon)
+    expected = getattr(errors, "KeyringLocked", errors.KeyringError)
+    with pytest.raises(expected) as e:
+        keyring.set_password("svc", "me", "y")
+    assert "keychain unlock" in str(e.value)
+    assert " ak " not in " %s " % e.value  # says when-unlocked, or nothing, never the pdmn code
+
+
+def test_delete_password_proceeds_while_the_keychain_is_locked(backend, daemon):
+    # Apple's rule: SecItemDelete needs no class key, so it works while locked.
+    keyring.set_password("svc", "me", "x")
+    locked(daemon)
+    keyring.delete_password("svc", "me")
+    unlocked(daemon)
+    assert keyring.get_password("svc", "me") is None
+
+
+def test_the_backend_is_not_viable_when_a_stale_socket_file_has_no_daemon(tmp_path, monkeypatch):
+    stale = str(tmp_path / "stale.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(stale)  # the file stays after close, as after a daemon killed with SIGKILL
+    s.close()
+    monkeypatch.setenv("KEYCHAIN_SOCKET", stale)
+    with pytest.raises(RuntimeError):
+        KeychaindKeyring.priority
+
+
+@pytest.mark.parametrize("call", [
+    lambda kr: kr.get_password("svc", "me"),
+    lambda kr: kr.set_password("svc", "me", "x"),
+    lambda kr: kr.delete_password("svc", "me"),
+    lambda kr: kr.get_credential("svc", None),
+], ids=["get", "set", "delete", "get_credential"])
+def test_a_missing_daemon_is_a_keyring_error_naming_the_socket(tmp_path, call):
+    missing = str(tmp_path / "no-daemon.sock")
+    kr = KeychaindKeyring(missing)
+    with pytest.raises(errors.KeyringError) as e:
+        call(kr)
+    assert missing in str(e.value) and "KEYCHAIN_SOCKET" in str(e.value)
+    kr.close()
+
+
+def test_sockets_are_closed_so_nothing_warns_at_exit(daemon):
+    # As a program uses keyring: a backend that lives until exit, and a connection dropped
+    # without close().
+    script = (
+        "import keyring\n"
+        "from keychaind_client import Connection\n"
+        "from keychaind_client.keyring_backend import KeychaindKeyring\n"
+        "keyring.set_keyring(KeychaindKeyring(%r))\n"
+        "keyring.set_password('svc', 'me', 'x')\n"
+        "assert keyring.get_password('svc', 'me') == 'x'\n"
+        "Connection(%r).status()\n"
+        "KeychaindKeyring.priority\n" % (daemon.socket, daemon.socket))
+    env = dict(os.environ, KEYCHAIN_SOCKET=daemon.socket)
+    run = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c", script],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "ResourceWarning" not in run.stderr and "unclosed" not in run.stderr, run.stderr
