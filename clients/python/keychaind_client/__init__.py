@@ -14,6 +14,8 @@ Connection(trust_uid=...) or $KEYCHAIN_TRUST_UID (a uid or a user name). The def
 /tmp/keychaind-UID directory is used only when it is a real directory private to the caller.
 """
 
+from __future__ import annotations
+
 import datetime as _dt
 import os
 import pwd
@@ -21,6 +23,14 @@ import socket
 import stat
 import struct
 import threading
+from typing import Any, Dict, Optional, Union
+
+# What the SecItem calls take and return: values as in docs/protocol.md, section 3.
+Attributes = Dict[str, Any]
+#: copy_matching and add: bytes (r_Data or r_PersistentRef alone), a dict (r_Attributes or
+#: several return keys), a list of either (match limit not one), or None (no return key).
+#: Any rather than their union: the query decides which, and callers know it.
+Result = Any
 
 __all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path", "Status", "ACCESSIBLE"]
 
@@ -65,7 +75,7 @@ ACCESSIBLE = {
 }
 
 
-def _pdmn(accessible):
+def _pdmn(accessible: str) -> str:
     """The pdmn code for an accessibility name (or for a pdmn code, kept as it is)."""
     if accessible in ACCESSIBLE:
         return ACCESSIBLE[accessible]
@@ -77,7 +87,7 @@ def _pdmn(accessible):
 class KeychainError(Exception):
     """A call failed: .status is the OSStatus code, .message what keychaind said."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str) -> None:
         super().__init__("%s (%d)" % (message, status))
         self.status = status
         self.message = message
@@ -86,11 +96,11 @@ class KeychainError(Exception):
 class AbsoluteTime(float):
     """A date: seconds since 2001-01-01 00:00:00 UTC (CFAbsoluteTime)."""
 
-    def to_datetime(self):
+    def to_datetime(self) -> _dt.datetime:
         return _dt.datetime.fromtimestamp(float(self) + _EPOCH_2001, tz=_dt.timezone.utc)
 
 
-def default_socket_path():
+def default_socket_path() -> str:
     """$KEYCHAIN_SOCKET, else keychaind's default for this user."""
     return _default_socket()[0]
 
@@ -233,7 +243,8 @@ class Connection:
     the caller, or as trust_uid (a uid or a user name; default $KEYCHAIN_TRUST_UID). Otherwise
     the call raises KeychainError(SERVICE_NOT_AVAILABLE) and nothing reaches that process."""
 
-    def __init__(self, socket_path=None, timeout=60.0, trust_uid=None):
+    def __init__(self, socket_path: Optional[str] = None, timeout: float = 60.0,
+                 trust_uid: Union[int, str, None] = None) -> None:
         if socket_path:
             self.socket_path, self._private_dir = socket_path, None
         else:
@@ -244,19 +255,19 @@ class Connection:
         self._sock = None
         self._lock = threading.Lock()
 
-    def close(self):
+    def close(self) -> None:
         with self._lock:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
 
-    def __enter__(self):
+    def __enter__(self) -> Connection:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         # A connection dropped without close() (a keyring backend lives until exit) must not
         # leave its socket to the garbage collector, which warns (ResourceWarning) at exit.
         sock = getattr(self, "_sock", None)
@@ -265,35 +276,35 @@ class Connection:
             sock.close()
 
     # SecItem calls
-    def add(self, attributes):
+    def add(self, attributes: Attributes) -> Result:
         return self._call("add", _encode_dict(attributes))
 
-    def copy_matching(self, query):
+    def copy_matching(self, query: Attributes) -> Result:
         return self._call("copyMatching", _encode_dict(query), retry=True)
 
-    def update(self, query, changes):
+    def update(self, query: Attributes, changes: Attributes) -> None:
         self._call("update", _encode_dict(query) + _encode_dict(changes))
 
-    def delete(self, query):
+    def delete(self, query: Attributes) -> None:
         self._call("delete", _encode_dict(query))
 
     # daemon calls
-    def status(self):
+    def status(self) -> Attributes:
         return self._call("status", b"", retry=True)
 
-    def lock(self):
+    def lock(self) -> None:
         self._call("lock", b"", retry=True)
 
-    def unlock(self, passcode):
+    def unlock(self, passcode: Union[str, bytes]) -> None:
         self._call("unlock", _lp(passcode))
 
-    def set_passcode(self, new):
+    def set_passcode(self, new: Union[str, bytes]) -> None:
         self._call("setPasscode", _lp(new))
 
-    def change_passcode(self, old, new):
+    def change_passcode(self, old: Union[str, bytes], new: Union[str, bytes]) -> None:
         self._call("changePasscode", _lp(old) + _lp(new))
 
-    def remove_passcode(self, current):
+    def remove_passcode(self, current: Union[str, bytes]) -> None:
         self._call("removePasscode", _lp(current))
 
     # transport
@@ -443,7 +454,7 @@ class Connection:
                                         "lost the connection to keychaind mid-answer: %s" % e) from None
 
     # the common case
-    def get_password(self, service, account):
+    def get_password(self, service: str, account: str) -> Optional[bytes]:
         """The secret of a generic password, or None."""
         try:
             return self.copy_matching({"class": "genp", "svce": service, "acct": account, "r_Data": True})
@@ -452,7 +463,8 @@ class Connection:
                 return None
             raise
 
-    def set_password(self, service, account, secret, accessible=None):
+    def set_password(self, service: str, account: str, secret: Union[str, bytes],
+                     accessible: Optional[str] = None) -> None:
         """Adds or replaces a generic password; secret is bytes or str. accessible: when the
         secret is readable, by name ("when-unlocked", the default; "after-first-unlock"...,
         see ACCESSIBLE) or by its pdmn code."""
@@ -466,12 +478,12 @@ class Connection:
         except KeychainError as e:
             if e.status != Status.DUPLICATE_ITEM:
                 raise
-            changes = {"v_Data": data}
+            changes: Attributes = {"v_Data": data}
             if accessible:
                 changes["pdmn"] = accessible
             self.update({"class": "genp", "svce": service, "acct": account}, changes)
 
-    def delete_password(self, service, account):
+    def delete_password(self, service: str, account: str) -> None:
         """Deletes a generic password; KeychainError(ITEM_NOT_FOUND) when there is none.
         Works while the keychain is locked, as SecItemDelete does: deleting needs no class key."""
         self.delete({"class": "genp", "svce": service, "acct": account})

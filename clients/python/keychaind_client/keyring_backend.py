@@ -9,13 +9,17 @@ generic-password items: service -> svce, username -> acct, the password (UTF-8) 
 in the caller's default access group.
 """
 
+from __future__ import annotations
+
+from typing import Optional, Union
+
 from keyring import credentials, errors
 from keyring.backend import KeyringBackend
 
 try:  # keyring >= 23 takes classproperty from jaraco.classes
     from jaraco.classes.properties import classproperty
 except ImportError:  # older keyring
-    from keyring.util.properties import ClassProperty as classproperty
+    from keyring.util.properties import ClassProperty as classproperty  # type: ignore
 
 from . import Connection, KeychainError, Status
 
@@ -28,7 +32,7 @@ def _locked_error():
 class KeychaindKeyring(KeyringBackend):
     """keyring backend over a keychaind socket."""
 
-    def __init__(self, socket_path=None, trust_uid=None):
+    def __init__(self, socket_path: Optional[str] = None, trust_uid: Union[int, str, None] = None) -> None:
         # trust_uid: a daemon uid (or user name) to trust besides root and the caller; default
         # $KEYCHAIN_TRUST_UID (see Connection).
         super().__init__()
@@ -45,7 +49,7 @@ class KeychaindKeyring(KeyringBackend):
                 raise RuntimeError("keychaind does not answer: %s" % e.message) from None
         return 9
 
-    def close(self):
+    def close(self) -> None:
         self.connection.close()
 
     @staticmethod
@@ -56,20 +60,20 @@ class KeychaindKeyring(KeyringBackend):
             return _locked_error()("the keychain is locked: run `keychain unlock`")
         return error(str(e))
 
-    def get_password(self, service, username):
+    def get_password(self, service: str, username: str) -> Optional[str]:
         try:
             secret = self.connection.get_password(service, username)
         except KeychainError as e:
             raise self._translate(e) from None
         return None if secret is None else secret.decode("utf-8")
 
-    def set_password(self, service, username, password):
+    def set_password(self, service: str, username: str, password: str) -> None:
         try:
             self.connection.set_password(service, username, password)
         except KeychainError as e:
             raise self._translate(e, errors.PasswordSetError) from None
 
-    def delete_password(self, service, username):
+    def delete_password(self, service: str, username: str) -> None:
         # Proceeds while the keychain is locked, as SecItemDelete does on Apple's platforms:
         # deleting needs no class key (the service and account are matched without opening
         # the item).
@@ -80,7 +84,7 @@ class KeychaindKeyring(KeyringBackend):
                 raise errors.PasswordDeleteError("no password for %s / %s" % (service, username)) from None
             raise self._translate(e, errors.PasswordDeleteError) from None
 
-    def get_credential(self, service, username):
+    def get_credential(self, service: str, username: Optional[str]) -> Optional[credentials.SimpleCredential]:
         query = {"class": "genp", "svce": service, "r_Attributes": True, "r_Data": True}
         if username is not None:
             query["acct"] = username
