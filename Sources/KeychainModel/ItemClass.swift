@@ -40,6 +40,16 @@ public enum Protection: String, Sendable, CaseIterable, Hashable, Comparable {
 
     public var isThisDeviceOnly: Bool { rawValue.hasSuffix("u") }
 
+    /// The name people read in messages and give the CLI: the case in kebab case
+    /// (`when-unlocked`, `after-first-unlock-this-device-only`).
+    public var name: String {
+        var out = ""
+        for c in "\(self)" {
+            if c.isUppercase { out += "-" + c.lowercased() } else { out.append(c) }
+        }
+        return out
+    }
+
     /// Class keys that a passcode protects (wrapped under the passcode-tangled key when one is
     /// set). Always keys are wrapped by the device key alone.
     public var isPasscodeProtected: Bool {

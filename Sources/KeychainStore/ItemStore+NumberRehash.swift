@@ -58,6 +58,6 @@ extension ItemStore {
         // A holder whose class is upgraded has a string or data in that column, not a number.
         guard let holder = try table.primaryKeyHolder(of: legacy), let pdmn = holder.protection,
               pending.contains(pdmn.rawValue) else { return }
-        throw KeychainError(.interactionNotAllowed, "an item of a locked class (\(pdmn.rawValue)) may hold the same primary key: unlock the keychain once so that keychaind can finish upgrading its items, then try again")
+        throw KeychainError(.interactionNotAllowed, "an item of a locked class (\(pdmn.name)) may hold the same primary key: unlock the keychain once so that keychaind can finish upgrading its items, then try again")
     }
 }

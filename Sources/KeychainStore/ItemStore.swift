@@ -209,7 +209,7 @@ public final class ItemStore {
         if pdmn == .whenPasscodeSetThisDeviceOnly && !hasPasscode {
             throw KeychainError(.notAvailable, "WhenPasscodeSetThisDeviceOnly items need a passcode: set one first")
         }
-        throw KeychainError(.interactionNotAllowed, "the keychain is locked and \(pdmn.rawValue) items are unavailable until it is unlocked")
+        throw KeychainError(.interactionNotAllowed, "the keychain is locked and \(pdmn.name) items are unavailable until it is unlocked")
     }
 
     /// Opens a row. Locked class: errSecInteractionNotAllowed. Altered row: errSecDecode.

@@ -37,6 +37,18 @@ struct LockAndPasscodeTests {
         expectStatus(.interactionNotAllowed) { _ = try t.attributes(genp("s", "ak")) }
     }
 
+    @Test func theLockedMessageNamesTheClassAsPeopleKnowItNotByItsCode() throws {
+        let t = try lockedSinceBoot()
+        do {
+            _ = try t.copy(genp("s", "aku"))
+            Issue.record("a locked read succeeded")
+        } catch let error as KeychainError {
+            #expect(error.status == .interactionNotAllowed)
+            #expect(error.message.contains("when-unlocked-this-device-only items"), "\(error.message)")
+            #expect(!error.message.contains(" aku "), "\(error.message)")
+        }
+    }
+
     @Test func oneLockedRowFailsTheWholeQuery() throws {
         let t = try lockedSinceBoot()
         expectStatus(.interactionNotAllowed) { _ = try t.count(["class": .string("genp"), "svce": .string("s")]) }
