@@ -32,6 +32,11 @@ let package = Package(
             name: "CSQLite",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
         .target(name: "KeychainModel"),
         // The config file's reader: TOML 1.0.0, pure Swift, no Foundation (the daemon links it).
         .target(name: "TOML"),
@@ -43,6 +48,8 @@ let package = Package(
         ),
         // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl): used by the daemon only.
         .target(name: "CSystemShim"),
+        // D-Bus through sd-bus: the only target that imports CSystemd.
+        .target(name: "DBus", dependencies: ["CSystemd", "KeychainModel"]),
         // Wire format and socket I/O, shared by daemon and client (no crypto, no storage).
         .target(name: "KeychainProtocol", dependencies: ["KeychainModel"]),
         .target(
@@ -82,7 +89,8 @@ let package = Package(
         // static-link flags must not reach the test bundle.
         // KeychainStorage: to damage a stopped daemon's database the way a test needs.
         // KeychainStore: to run one SecItem behaviour suite against the store in process and the daemon.
-        .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage", "KeychainStore"]),
+        // DBus: BusConnection against a private bus.
+        .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage", "KeychainStore", "DBus"]),
         .testTarget(name: "KeychainServerTests", dependencies: [
             "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",
             .product(name: "Logging", package: "swift-log"),
