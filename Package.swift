@@ -55,7 +55,7 @@ let package = Package(
         .target(
             name: "KeychainServer",
             dependencies: [
-                "KeychainStore", "KeychainProtocol", "KeychainCrypto", "CSystemShim", "TOML",
+                "KeychainStore", "KeychainProtocol", "KeychainCrypto", "CSystemShim", "TOML", "DBus",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -25,6 +25,8 @@ public struct DaemonConfig: Sendable, Equatable {
     public var lockGraceSeconds = 10
     public var autoLockSeconds = 0
     public var eraseAfterFailures = 0
+    /// nil: by the daemon's uid (SessionEventLocking.default).
+    public var lockOnSessionEvents: SessionEventLocking?
     /// [[app]] entries, in file order; empty: the built-in `owner` application.
     public var applications: [Application] = []
     public var unknownCallers = UnknownCallers.refuse
@@ -185,6 +187,11 @@ public struct DaemonConfig: Sendable, Equatable {
         case "lock_grace_seconds": lockGraceSeconds = try int(0...3_600)
         case "auto_lock_seconds": autoLockSeconds = try int(0...604_800)
         case "erase_after_failures": eraseAfterFailures = try int(0...1_000)
+        case "lock_on_session_events":
+            guard let setting = SessionEventLocking(rawValue: try string()) else {
+                throw ParseError(line: n, message: "lock_on_session_events must be \"own-sessions\" or \"off\"")
+            }
+            lockOnSessionEvents = setting
         case "unknown_callers":
             guard let policy = UnknownCallers(rawValue: try string()) else {
                 throw ParseError(line: n, message: "unknown_callers must be \"refuse\" or \"private-group\"")

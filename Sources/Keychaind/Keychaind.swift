@@ -68,6 +68,10 @@ struct Keychaind: ParsableCommand {
             logger.critical("cannot start: \(error)")
             throw ExitCode.failure
         }
+        // After SignalEvents: the watcher's thread inherits the blocked signals.
+        SessionLockWatcher.start(daemonConfig.lockOnSessionEvents, uid: getuid(), logger: logger) {
+            daemon.lock(reason: $0)
+        }
         // A stop signal that came while the store opened waits, pending, for the lifecycle:
         // the daemon then starts and stops at once, removing its socket.
         lifecycle.run(daemon, events: &signals)
