@@ -13,6 +13,7 @@ final class PrivateSystemBus: @unchecked Sendable {
         var template = Array("/tmp/kcbus.XXXXXX".utf8CString)
         guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
         root = String(cString: p)
+        chmod(root, 0o755)  // a daemon running as another user connects too
         let socket = root + "/system_bus_socket"
         address = "unix:path=" + socket
         let config = """

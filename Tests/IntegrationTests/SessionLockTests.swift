@@ -1,6 +1,7 @@
 import Foundation
 import KeychainClient
 import KeychainModel
+import KeychainProtocol
 import Testing
 
 /// Session events lock the right keychain (docs/security.md, "Lock events"): the real daemon on
@@ -108,5 +109,75 @@ struct SessionLockTests {
                                   environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/system_bus_socket"])
         try waitUntil(timeout: 10, "the notice") { d.log.contains("session locks and suspend will not lock the keychain") }
         _ = try KeychainConnection(socketPath: d.socketPath).status()
+    }
+}
+
+/// The default for a user's daemon, run as a real non-root user: it watches its own sessions.
+@Suite("A user's daemon and session locks", .enabled(if: getuid() == 0))
+struct UserDaemonSessionLockTests {
+    @Test func aUsersDaemonLocksOnItsOwnSessionAndNotOnRoots() throws {
+        let user = try MultiUserTests.user("kcsession")
+        let bus = try PrivateSystemBus()
+        let login1 = try FakeLogin1(on: bus, sessions: ["_1": 0, "_3": user])
+        let daemon = try UserDaemon(uid: user, environment: bus.environment)
+        let client = KeychainConnection(socketPath: daemon.socketPath, trust: ServerTrust(named: user))
+        try client.setPasscode(bytes("1234"))
+        try client.unlock(passcode: bytes("1234"))
+        try waitUntil(timeout: 10, "the subscription") { daemon.log.contains("session of uid \(user), or suspend") }
+        login1.lock(session: "_1")
+        try waitUntil(timeout: 10, "root's lock to be ignored") { daemon.log.contains("of uid 0 locked: not this daemon's user") }
+        #expect(try client.status()["state"] == .string("unlocked"))
+        login1.lock(session: "_3")
+        try waitUntil(timeout: 10, "the lock") { try client.status()["state"] == .string("locked") }
+    }
+
+    /// keychaind as `uid` through setpriv, with no lock_on_session_events in its config, its
+    /// state and socket in directories that user owns.
+    final class UserDaemon {
+        let root: String
+        let socketPath: String
+        let logPath: String
+        let process = Process()
+
+        init(uid: UInt32, environment: [String: String]) throws {
+            var template = Array("/tmp/kcu.XXXXXX".utf8CString)
+            guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
+            root = String(cString: p)
+            chmod(root, 0o755)
+            for directory in ["state", "run"] {
+                mkdir(root + "/" + directory, 0o700)
+                chown(root + "/" + directory, uid, uid)
+            }
+            socketPath = root + "/run/s.sock"
+            logPath = root + "/daemon.log"
+            try "lock_grace_seconds = 0\nlog_level = \"debug\"\n".write(toFile: root + "/keychaind.toml", atomically: true, encoding: .utf8)
+            FileManager.default.createFile(atPath: logPath, contents: nil)
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            process.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", Binaries.keychaind,
+                                 "--state-dir", root + "/state", "--socket", socketPath, "--config", root + "/keychaind.toml"]
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+                .merging(["KEYCHAIND_INSECURE_FAST_KDF": "1"]) { $1 }
+            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+            process.standardError = log
+            process.standardOutput = log
+            try process.run()
+            let socketPath = socketPath, process = process, logPath = logPath, trust = ServerTrust(named: uid)
+            try waitUntil(timeout: 20, "the daemon") {
+                guard process.isRunning else {
+                    throw KeychainError(.serviceNotAvailable, "keychaind exited: \((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")")
+                }
+                return (try? KeychainConnection(socketPath: socketPath, trust: trust).status()) != nil
+            }
+        }
+
+        deinit {
+            if process.isRunning {
+                process.terminate()
+                process.waitUntilExit()
+            }
+            try? FileManager.default.removeItem(atPath: root)
+        }
+
+        var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
     }
 }
