@@ -58,10 +58,15 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
 public struct KeychainError: Error, Sendable, Equatable, CustomStringConvertible {
     public let status: KeychainStatus
     public let message: String
+    /// What a lower layer reported, in its own terms (SQLite's result code for a storage
+    /// failure), so that code can tell causes apart without reading the message. Stays in
+    /// the process: the wire carries the status and the message only.
+    public let underlying: (any Error & Sendable)?
 
-    public init(_ status: KeychainStatus, _ message: String) {
+    public init(_ status: KeychainStatus, _ message: String, underlying: (any Error & Sendable)? = nil) {
         self.status = status
         self.message = message
+        self.underlying = underlying
     }
 
     public static func == (lhs: KeychainError, rhs: KeychainError) -> Bool {

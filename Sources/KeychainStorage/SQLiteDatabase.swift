@@ -41,7 +41,7 @@ public final class SQLiteDatabase {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             sqlite3_close_v2(db)
             handle = nil
-            throw KeychainError(Self.status(for: rc), "cannot open database \(path): \(message)")
+            throw Self.failure(rc, "cannot open database \(path): \(message)")
         }
         sqlite3_extended_result_codes(db, 1)
         // Only keychaind opens this file: holding its lock for the connection's life saves
@@ -78,7 +78,7 @@ public final class SQLiteDatabase {
         if rc != SQLITE_OK {
             let message = errmsg.map { String(cString: $0) } ?? "error \(rc)"
             sqlite3_free(errmsg)
-            throw KeychainError(Self.status(for: rc), "SQLite: \(message)")
+            throw Self.failure(rc, "SQLite: \(message)")
         }
     }
 
@@ -132,7 +132,7 @@ public final class SQLiteDatabase {
         var stmt: OpaquePointer?
         let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
         guard rc == SQLITE_OK, let stmt else {
-            throw KeychainError(Self.status(for: rc), "SQLite cannot prepare a statement: \(lastMessage)")
+            throw Self.failure(rc, "SQLite cannot prepare a statement: \(lastMessage)")
         }
         return Statement(stmt, database: self)
     }
@@ -183,6 +183,12 @@ public final class SQLiteDatabase {
 
     var lastMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
+    /// A failure SQLite reported as `rc`: the keychain's status for it, with the code itself
+    /// kept as the underlying error.
+    static func failure(_ rc: Int32, _ message: String) -> KeychainError {
+        KeychainError(status(for: rc), message, underlying: SQLiteFailure(code: rc))
+    }
+
     /// Maps SQLite result codes to the keychain's, as securityd does (keychain-semantics.md 5).
     static func status(for rc: Int32) -> KeychainStatus {
         switch rc & 0xFF {
@@ -196,6 +202,19 @@ public final class SQLiteDatabase {
         default: .internal
         }
     }
+}
+
+/// SQLite's result code for a failed call (extended, e.g. SQLITE_BUSY_SNAPSHOT), carried as a
+/// KeychainError's `underlying` error.
+public struct SQLiteFailure: Error, Sendable, Equatable {
+    public let code: Int32
+
+    /// The primary result code (the low byte of an extended one).
+    public var primaryCode: Int32 { code & 0xFF }
+
+    /// Another connection holds the database's lock: with this daemon's exclusive locking,
+    /// another keychaind on the same file.
+    public var isLockedByAnotherConnection: Bool { primaryCode == SQLITE_BUSY || primaryCode == SQLITE_LOCKED }
 }
 
 /// A prepared statement. Bind with 1-based indexes; read columns with 0-based ones.
@@ -231,7 +250,7 @@ public final class Statement {
             rc = b.withUnsafeBytes { sqlite3_bind_blob(stmt, index, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count), csqlite_transient()) }
         }
         guard rc == SQLITE_OK else {
-            throw KeychainError(SQLiteDatabase.status(for: rc), "SQLite cannot bind parameter \(index)")
+            throw SQLiteDatabase.failure(rc, "SQLite cannot bind parameter \(index)")
         }
     }
 
@@ -244,7 +263,7 @@ public final class Statement {
         default:
             let message = database.lastMessage
             sqlite3_reset(stmt)
-            throw KeychainError(SQLiteDatabase.status(for: rc), "SQLite: \(message)")
+            throw SQLiteDatabase.failure(rc, "SQLite: \(message)")
         }
     }
 

@@ -37,11 +37,13 @@ public final class ItemStore {
         try StateDirectory.createPrivateFile(configuration.databasePath)
         let deviceKey = firstStart ? try DeviceKeyFile.loadOrCreate(path: configuration.deviceKeyPath)
                                    : try DeviceKeyFile.loadExisting(path: configuration.deviceKeyPath)
-        let database = try SQLiteDatabase(path: configuration.databasePath)
+        let database: SQLiteDatabase
         do {
+            database = try SQLiteDatabase(path: configuration.databasePath)
             try Schema.migrate(database)
-        } catch where error.message.contains("database is locked") {
-            throw KeychainError(.notAvailable, "\(configuration.databasePath) is in use by another keychaind; stop it, or give this one another --state-dir")
+        } catch where (error.underlying as? SQLiteFailure)?.isLockedByAnotherConnection == true {
+            throw KeychainError(.notAvailable, "\(configuration.databasePath) is in use by another keychaind; stop it, or give this one another --state-dir",
+                                underlying: error.underlying)
         }
         let table = ItemTable(database)
         table.countTransactions()
