@@ -57,7 +57,7 @@ public struct RowFilter: Sendable {
     }
 }
 
-/// The items table and the keybag row. Generated SQL only ever interpolates column names and
+/// The items table (and the generation counter). Generated SQL only ever interpolates column names and
 /// class codes from the fixed schema; every value is bound.
 public struct ItemTable {
     public let db: SQLiteDatabase
@@ -307,16 +307,6 @@ public struct ItemTable {
         }
     }
 
-    // MARK: keybag
-
-    public func keybagRecord() throws(KeychainError) -> [UInt8]? {
-        try db.query("SELECT record FROM keybag WHERE id = 1") { (s) throws(KeychainError) in try s.step() ? s.blob(0) : nil }
-    }
-
-    public func saveKeybagRecord(_ bytes: [UInt8]) throws(KeychainError) {
-        try db.run("INSERT INTO keybag(id, record) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET record = excluded.record", [.blob(bytes)])
-    }
-
     // MARK: generation
 
     /// How many write transactions the database has committed since schema version 3 (0 if
@@ -330,21 +320,6 @@ public struct ItemTable {
     /// UPDATE per commit, whatever the number of calls or items a group commit holds.
     public func countTransactions() {
         db.beforeEveryCommit = "UPDATE generation SET value = value + 1 WHERE id = 1"
-    }
-
-    // MARK: wrong-passcode counter
-
-    public func lockout() throws(KeychainError) -> (failures: Int, lastFailure: Double) {
-        try db.query("SELECT failures, last_failure FROM lockout WHERE id = 1") { (s) throws(KeychainError) in
-            try s.step() ? (Int(s.int(0)), s.double(1)) : (0, 0)
-        }
-    }
-
-    public func saveLockout(failures: Int, lastFailure: Double) throws(KeychainError) {
-        try db.run("""
-            INSERT INTO lockout(id, failures, last_failure) VALUES (1, ?, ?)
-            ON CONFLICT(id) DO UPDATE SET failures = excluded.failures, last_failure = excluded.last_failure
-            """, [.int(Int64(failures)), .double(lastFailure)])
     }
 
     /// Deletes every item (the erase after too many wrong passcodes).

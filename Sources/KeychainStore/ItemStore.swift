@@ -13,6 +13,8 @@ public final class ItemStore {
     public let configuration: StoreConfiguration
     let database: SQLiteDatabase
     let table: ItemTable
+    let keybagTable: KeybagTable
+    let lockoutTable: LockoutTable
     let deviceKey: SecureKey
     let codec: ItemCodec
     var keybag: Keybag
@@ -52,11 +54,13 @@ public final class ItemStore {
         let record = GenerationRecordFile(path: configuration.generationRecordPath, deviceKey: deviceKey)
         try record.read()?.check(databaseGeneration: try table.generation(), databasePath: configuration.databasePath,
                                  recordPath: record.path)
-        keybag = try Self.loadKeybag(table, deviceKey: deviceKey, path: configuration.databasePath)
+        keybag = try Self.loadKeybag(KeybagTable(database), items: table, deviceKey: deviceKey, path: configuration.databasePath)
         try record.write(GenerationRecord(state: .running, generation: try table.generation()))
         self.deviceKey = deviceKey
         self.database = database
         self.table = table
+        keybagTable = KeybagTable(database)
+        lockoutTable = LockoutTable(database)
         codec = ItemCodec(hasher: LookupHasher(deviceKey: deviceKey))
         try rehashLegacyNumbers()
         generationRecord = record
@@ -78,8 +82,9 @@ public final class ItemStore {
     /// start interrupted before its keybag was saved, or one from before schema v3 that held
     /// nothing). Any other database without its keybag is refused: new class keys would leave
     /// every item unreadable, and let adds silently replace them.
-    private static func loadKeybag(_ table: ItemTable, deviceKey: SecureKey, path: String) throws(KeychainError) -> Keybag {
-        if let bytes = try table.keybagRecord() {
+    private static func loadKeybag(_ keybags: KeybagTable, items table: ItemTable, deviceKey: SecureKey,
+                                   path: String) throws(KeychainError) -> Keybag {
+        if let bytes = try keybags.record() {
             return try Keybag(deviceKey: deviceKey, record: KeybagRecord(decoding: bytes))
         }
         let items = try table.count(), generation = try table.generation()
@@ -88,7 +93,7 @@ public final class ItemStore {
             throw KeychainError(.decode, "\(path) has lost its keybag (it holds \(held)): the class keys that open its items are gone, and keychaind will not make new ones over them. Restore \(path) from a backup of the state directory.")
         }
         let created = try Keybag.create(deviceKey: deviceKey)
-        try table.db.transaction { () throws(KeychainError) in try table.saveKeybagRecord(created.record.encoded()) }
+        try keybags.db.transaction { () throws(KeychainError) in try keybags.save(created.record.encoded()) }
         return created
     }
 
@@ -152,7 +157,7 @@ public final class ItemStore {
         var deleted = 0
         if change.changesRecord {
             deleted = try database.transaction { () throws(KeychainError) -> Int in
-                try table.saveKeybagRecord(change.record.encoded())
+                try keybagTable.save(change.record.encoded())
                 return change.destroys(.whenPasscodeSetThisDeviceOnly) ? try table.deleteAll(protection: .whenPasscodeSetThisDeviceOnly) : 0
             }
         }
@@ -164,12 +169,12 @@ public final class ItemStore {
     /// The persisted wrong-passcode counter: how many failures in a row, and when the last was
     /// (seconds since 1970).
     public func passcodeFailures() throws(KeychainError) -> (failures: Int, lastFailure: Double) {
-        try table.lockout()
+        try lockoutTable.load()
     }
 
     public func savePasscodeFailures(_ failures: Int, lastFailure: Double) throws(KeychainError) {
         try database.transaction { () throws(KeychainError) in
-            try table.saveLockout(failures: failures, lastFailure: lastFailure)
+            try lockoutTable.save(failures: failures, lastFailure: lastFailure)
         }
     }
 
@@ -179,8 +184,8 @@ public final class ItemStore {
         let fresh = try Keybag.create(deviceKey: deviceKey)
         try database.transaction { () throws(KeychainError) in
             try table.deleteAllItems()
-            try table.saveKeybagRecord(fresh.record.encoded())
-            try table.saveLockout(failures: 0, lastFailure: 0)
+            try keybagTable.save(fresh.record.encoded())
+            try lockoutTable.save(failures: 0, lastFailure: 0)
         }
         keybag = fresh
     }

@@ -11,7 +11,10 @@ import Testing
 /// the old one.
 @Suite("A keychain missing a part is refused, never completed")
 struct MissingPartTests {
-    func raw(_ t: TemporaryStore) throws -> ItemTable { ItemTable(try SQLiteDatabase(path: t.directory + "/keychain.db")) }
+    func raw(_ t: TemporaryStore) throws -> (items: ItemTable, keybag: KeybagTable) {
+        let db = try SQLiteDatabase(path: t.directory + "/keychain.db")
+        return (ItemTable(db), KeybagTable(db))
+    }
 
     @Test func aDatabaseWithItemsButNoKeybagIsRefusedAndKeptAsItIs() throws {
         let t = try TemporaryStore()
@@ -21,8 +24,8 @@ struct MissingPartTests {
         #expect(error?.message.contains("keybag") == true && error?.message.contains(t.directory + "/keychain.db") == true,
                 "\(String(describing: error))")
         let table = try raw(t)
-        #expect(try table.keybagRecord() == nil)
-        #expect(try table.count() == 1)
+        #expect(try table.keybag.record() == nil)
+        #expect(try table.items.count() == 1)
     }
 
     @Test func aDatabaseThatCommittedWritesButHasNoKeybagIsRefusedEvenWithNoItemsLeft() throws {
@@ -31,7 +34,7 @@ struct MissingPartTests {
         try t.store.delete(genp("s", "a"), scope: TemporaryStore.app)
         let error = refusal { try t.editFile { try $0.execute("DELETE FROM keybag") } }
         #expect(error?.status == .decode)
-        #expect(try raw(t).keybagRecord() == nil)
+        #expect(try raw(t).keybag.record() == nil)
     }
 
     @Test func aDatabaseWithoutItsDeviceKeyIsRefusedAndNoKeyIsMade() throws {
