@@ -79,11 +79,12 @@ public final class KeychainServer: LifecycleService, Sendable {
         let audit = try configuration.auditLogPath.map {
             try AuditLog(path: $0, includeNames: configuration.auditIncludeNames, log: { log.warning("\($0)") })
         }
+        let lockedAtStart = store.hasPasscode  // read before the store is handed to the executor's lock
         executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
                                      audit: audit, log: { log.notice("\($0)") })
         logger.info("keychaind ready", metadata: [
             "socket": "\(configuration.socketPath)", "state": "\(configuration.store.stateDirectory)",
-            "lock": "\(store.hasPasscode ? "lockedSinceBoot" : "unlocked")",
+            "lock": "\(lockedAtStart ? "lockedSinceBoot" : "unlocked")",
         ])
     }
 

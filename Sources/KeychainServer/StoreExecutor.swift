@@ -5,71 +5,77 @@ import KeychainStore
 import Synchronization
 
 /// The one owner of the store. A request runs on its connection's own thread while holding
-/// `storeLock`, so a call costs no thread hand-off (each wake-up costs tens of microseconds on
-/// the machines here). Writes commit in groups: a writer queues its request, then takes the
-/// lock; whoever holds it runs every queued write in one transaction with a single fsync, so
-/// eight clients adding at once pay for about one durable commit, not eight. A writer whose
-/// request a previous holder already committed finds it done and returns at once. Every
-/// reply is sent only after its commit. A call that runs Argon2id (unlock, passcode changes,
-/// backup, restore) holds the lock before and after it, not during it.
-final class StoreExecutor: @unchecked Sendable {
-    private final class Job {
+/// the store's lock, so a call costs no thread hand-off (each wake-up costs tens of
+/// microseconds on the machines here). Writes commit in groups: a writer queues its request,
+/// then takes the lock; whoever holds it runs every queued write in one transaction with a
+/// single fsync, so eight clients adding at once pay for about one durable commit, not eight.
+/// A writer whose request a previous holder already committed finds its answer waiting and
+/// returns at once. Every reply is sent only after its commit. A call that runs Argon2id
+/// (unlock, passcode changes, backup, restore) holds the lock before and after it, not during it.
+///
+/// Everything mutable sits in a Mutex, so it cannot be touched without its lock.
+final class StoreExecutor: Sendable {
+    /// A write waiting for the next group commit.
+    private struct Write: Sendable {
+        let id: UInt64
         let request: Request
         let caller: Caller
         let policy: AccessPolicy
-        // Written and read under storeLock only.
-        var response = Response()
-        var done = false
-
-        init(_ request: Request, _ caller: Caller, _ policy: AccessPolicy) {
-            self.request = request
-            self.caller = caller
-            self.policy = policy
-        }
     }
 
-    /// Guards `handler` (and so the store) and every Job's response.
-    private let storeLock = NSLock()
-    private var handler: RequestHandler?
+    /// What the store's lock guards.
+    private struct Store {
+        /// nil once stopped.
+        var handler: RequestHandler?
+        /// Answers to writes that another writer's group committed, until their writers
+        /// take them.
+        var answered: [UInt64: Response] = [:]
+    }
+
+    private struct WriteQueue {
+        var lastID: UInt64 = 0
+        var pending: [Write] = []
+    }
+
+    private let store: Mutex<Store>
+    /// Its own lock, so that writers queue while a group commits: what makes the groups.
+    private let writes = Mutex(WriteQueue())
     /// Held by a call that derives a key from its first step to its last, so that one Argon2id
     /// runs at a time: it takes 256 MiB at the default cost, and clients sending many at once
     /// would otherwise take a multiple of it. It also queues passcode checks behind each
     /// other as the store's lock did, so that each wrong passcode is counted before the next
-    /// check looks at the wrong-passcode delay. Taken before `storeLock`, never after.
+    /// check looks at the wrong-passcode delay. Taken before the store's lock, never after.
     private let derivationGate = Mutex<Void>(())
-    /// Guards `pending`: writes waiting for the next group commit.
-    private let queueLock = NSLock()
-    private var pending: [Job] = []
-
-    /// Wakes the timer thread early (a lock event may have set an earlier deadline).
-    private let timerCondition = NSCondition()
-    private var timerStopping = false
-    private let timerDone = DispatchSemaphore(value: 0)
 
     /// What a config reload replaces: read once per call under its own lock, never the
     /// store's, so that it adds no contention on the hot path.
-    private struct Settings {
+    private struct Settings: Sendable {
         var policy: AccessPolicy
         var audit: AuditLog?
-        /// The same handler as `handler`, for reads, which take the store's lock only for
-        /// their lookup; nil once stopped.
-        var reader: RequestHandler?
+        /// For the parts of a read outside the store's lock; nil once stopped.
+        var reader: SplitReader?
+        /// Cached from `policy`, read on every call.
+        var identifiesByExecutable: Bool
     }
 
-    private let settingsLock = NSLock()
-    private var settings: Settings
-    private let executablesMatter: Atomic<Bool>
+    private let settings: Mutex<Settings>
+
+    /// Wakes the timer thread early (a lock event may have set an earlier deadline, or the
+    /// executor stopped). A semaphore, not a condition: a wake-up sent while the timer is
+    /// busy is kept, not lost.
+    private let timerWake = DispatchSemaphore(value: 0)
 
     /// Whether any application is told apart by its executable. Only then does each request
     /// re-check its process's executable: otherwise the executable grants nothing, and the
     /// check would cost every call a system call for no promise.
-    var identifiesByExecutable: Bool { executablesMatter.load(ordering: .relaxed) }
+    var identifiesByExecutable: Bool { settings.withLock { $0.identifiesByExecutable } }
 
-    init(store: ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
-         log: @escaping (String) -> Void) throws(KeychainError) {
-        handler = try RequestHandler(store: store, lockPolicy: lockPolicy, log: log)
-        settings = Settings(policy: policy, audit: audit, reader: handler)
-        executablesMatter = Atomic(policy.identifiesByExecutable)
+    init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
+         log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
+        let reader = itemStore.splitReader
+        store = Mutex(Store(handler: try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)))
+        settings = Mutex(Settings(policy: policy, audit: audit, reader: reader,
+                                  identifiesByExecutable: policy.identifiesByExecutable))
         let thread = Thread { [self] in self.runTimer() }
         thread.name = "keychaind-lock-timer"
         thread.start()
@@ -77,46 +83,30 @@ final class StoreExecutor: @unchecked Sendable {
 
     /// A lock event from the host (a signal, a session-lock hook).
     func lock(reason: String) {
-        storeLock.lock()
-        handler?.lock(reason: reason)
-        storeLock.unlock()
-        wakeTimer()
+        store.withLock { $0.handler?.lock(reason: reason) }
+        timerWake.signal()
     }
 
-    private func wakeTimer() {
-        timerCondition.lock()
-        timerCondition.signal()
-        timerCondition.unlock()
-    }
-
-    /// Runs time-driven lock events (grace periods ending, idle auto-lock) when they are due.
+    /// Runs time-driven lock events (grace periods ending, idle auto-lock) when they are due,
+    /// until the executor stops.
     private func runTimer() {
         while true {
-            storeLock.lock()
-            handler?.tick()
-            let deadline = handler?.nextDeadline()
-            storeLock.unlock()
-            timerCondition.lock()
-            if timerStopping {
-                timerCondition.unlock()
-                break
+            let next = store.withLock { (store) -> Double?? in
+                guard let handler = store.handler else { return nil }
+                handler.tick()
+                return .some(handler.nextDeadline())
             }
+            guard let deadline = next else { return }
             let wait = deadline.map { max(0.001, $0 - DaemonClock.system.monotonic()) } ?? 3600
-            _ = timerCondition.wait(until: Date().addingTimeInterval(wait))
-            let stop = timerStopping
-            timerCondition.unlock()
-            if stop { break }
+            _ = timerWake.wait(timeout: .now() + wait)
         }
-        timerDone.signal()
     }
 
     /// Runs `request` against the store, records it in the audit log, and returns its response.
     /// A long list answer goes in pages: every page but the last is handed to `emit` (which
     /// sends it, and says false when the client is gone), the last is returned.
     func submit(_ request: Request, from caller: Caller, emit: (Response) -> Bool = { _ in true }) -> Response {
-        settingsLock.lock()
-        let current = settings
-        settingsLock.unlock()
+        let current = settings.withLock { $0 }
         let response = run(request, from: caller, policy: current.policy, reader: current.reader, emit: emit)
         current.audit?.record(request, caller: caller, app: current.policy.appID(for: caller),
                               defaultGroup: current.policy.scope(for: caller).groups.first, response: response)
@@ -126,86 +116,86 @@ final class StoreExecutor: @unchecked Sendable {
     /// Replaces the access policy and the audit log (a config reload); calls already running
     /// finish under the old ones.
     func reload(policy: AccessPolicy, audit: AuditLog?) {
-        settingsLock.lock()
-        settings.policy = policy
-        settings.audit = audit
-        executablesMatter.store(policy.identifiesByExecutable, ordering: .relaxed)
-        settingsLock.unlock()
+        settings.withLock {
+            $0.policy = policy
+            $0.audit = audit
+            $0.identifiesByExecutable = policy.identifiesByExecutable
+        }
     }
 
-    private func run(_ request: Request, from caller: Caller, policy: AccessPolicy, reader: RequestHandler?,
+    private func run(_ request: Request, from caller: Caller, policy: AccessPolicy, reader: SplitReader?,
                      emit: (Response) -> Bool) -> Response {
         if case .copyMatching(let query) = request {
             guard let reader else { return Self.stopping }
-            return search(query, from: caller, request: request, policy: policy, handler: reader, emit: emit)
+            return search(query, from: caller, request: request, policy: policy, reader: reader, emit: emit)
         }
         if request.derivesKey {
             let response = deriving(request, from: caller, policy: policy)
-            wakeTimer()
+            timerWake.signal()
             return response
         }
         guard request.writesItems else {
-            storeLock.lock()
-            let response = handler?.handle(request, from: caller, policy: policy) ?? Self.stopping
-            storeLock.unlock()
-            if request.isAdministrative { wakeTimer() }
+            let response = locked { $0.handle(request, from: caller, policy: policy) }
+            if request.isAdministrative { timerWake.signal() }
             return response
         }
-        let job = Job(request, caller, policy)
-        queueLock.lock()
-        pending.append(job)
-        queueLock.unlock()
-
-        storeLock.lock()
-        defer { storeLock.unlock() }
-        if job.done { return job.response }  // committed by the previous holder's group
-        queueLock.lock()
-        let group = pending
-        pending.removeAll(keepingCapacity: true)
-        queueLock.unlock()
-        if let handler {
-            if group.count == 1 {
-                job.response = handler.handle(request, from: caller, policy: policy)
-            } else {
-                runGrouped(group, handler)
-            }
-        } else {
-            for j in group { j.response = Self.stopping }
+        let id = writes.withLock { queue in
+            queue.lastID += 1
+            queue.pending.append(Write(id: queue.lastID, request: request, caller: caller, policy: policy))
+            return queue.lastID
         }
-        for j in group { j.done = true }
-        return job.response
+        return store.withLock { store in
+            // Committed by the previous holder's group.
+            if let response = store.answered.removeValue(forKey: id) { return response }
+            // Ours is among these: it was queued before this lock was taken, and not answered.
+            let group = writes.withLock { queue in
+                defer { queue.pending.removeAll(keepingCapacity: true) }
+                return queue.pending
+            }
+            let responses: [Response]
+            if let handler = store.handler {
+                responses = group.count == 1 ? [handler.handle(request, from: caller, policy: policy)]
+                                             : Self.runGrouped(group, handler)
+            } else {
+                responses = group.map { _ in Self.stopping }
+            }
+            var own = Self.stopping
+            for (write, response) in zip(group, responses) {
+                if write.id == id { own = response } else { store.answered[write.id] = response }
+            }
+            return own
+        }
     }
 
     /// A call that runs Argon2id holds the store's lock only to check it and copy what it needs,
     /// and to install the result: every other call goes on meanwhile.
     private func deriving(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
         derivationGate.withLock { _ in
-            let step = storeLock.withLock { handler?.begin(request, from: caller, policy: policy) }
+            let step = store.withLock { $0.handler?.begin(request, from: caller, policy: policy) }
             guard case .derive(let derivation)? = step else {
                 if case .answered(let response)? = step { return response }
                 return Self.stopping
             }
             let outcome = Result { () throws(KeychainError) in try derivation.run() }
-            return storeLock.withLock { handler?.finish(derivation, outcome, from: caller) } ?? Self.stopping
+            return locked { $0.finish(derivation, outcome, from: caller) }
         }
     }
 
     /// A read holds the lock only for its SQL lookup: parsing before it, and decryption and
     /// the result after it, run on the caller's thread alongside other calls.
     private func search(_ query: AttributeDictionary, from caller: Caller, request: Request,
-                        policy: AccessPolicy, handler: RequestHandler, emit: (Response) -> Bool) -> Response {
-        let store = handler.store
+                        policy: AccessPolicy, reader: SplitReader, emit: (Response) -> Bool) -> Response {
         do throws(KeychainError) {
             let scope = policy.scope(for: caller)
             if scope.groups.isEmpty { throw KeychainError(.missingEntitlement, policy.refusal(for: caller)) }
-            guard let prepared = try store.prepareSearch(query, scope: scope) else {
+            guard let prepared = try reader.prepareSearch(query, scope: scope) else {
                 return locked { $0.handle(request, from: caller, policy: policy) }
             }
-            if store.answersInPages(prepared) {
-                return try searchInPages(prepared, store: store, handler: handler, emit: emit)
+            if reader.answersInPages(prepared) {
+                return try searchInPages(prepared, reader: reader, emit: emit)
             }
-            let fetched = try lookup(handler) { () throws(KeychainError) in try store.fetch(prepared) }
-            guard let result = try store.finish(prepared, fetched) else {
+            let fetched = try lookup { (store) throws(KeychainError) in try store.fetch(prepared) }
+            guard let result = try reader.finish(prepared, fetched) else {
                 return locked { $0.handle(request, from: caller, policy: policy) }
             }
             return Response(result: result)
@@ -216,28 +206,29 @@ final class StoreExecutor: @unchecked Sendable {
 
     /// A read's SQL lookup, the only part of it that holds the store's lock (and counts as
     /// activity for the idle auto-lock).
-    private func lookup(_ handler: RequestHandler, _ body: () throws(KeychainError) -> FetchedRows) throws(KeychainError) -> FetchedRows {
-        storeLock.lock()
-        defer { storeLock.unlock() }
-        handler.noteActivity()
-        return try body()
+    private func lookup(_ body: (ItemStore) throws(KeychainError) -> FetchedRows) throws(KeychainError) -> FetchedRows {
+        try store.withLock { (store) throws(KeychainError) -> FetchedRows in
+            guard let handler = store.handler else { throw Self.stoppingError }
+            handler.noteActivity()
+            return try body(handler.store)
+        }
     }
 
     /// A list answer, page by page: each page's rows are looked up under the lock (keyset
     /// paging by rowid), opened and shaped outside it, and sent once about a frame's worth has
     /// gathered. Memory per call is a page or two, whatever the answer's length.
-    private func searchInPages(_ prepared: PreparedSearch, store: ItemStore, handler: RequestHandler,
+    private func searchInPages(_ prepared: PreparedSearch, reader: SplitReader,
                                emit: (Response) -> Bool) throws(KeychainError) -> Response {
         var pending: [ItemResult] = []
         var pendingBytes = 0
         var matched = 0
         var corrupt = 0
         var after: Int64? = 0
-        let wanted = store.wantedMatches(prepared)
+        let wanted = reader.wantedMatches(prepared)
         while let start = after {
-            let selection = store.pageSelection(prepared, after: start)
-            let fetched = try lookup(handler) { () throws(KeychainError) in try store.fetchPage(selection) }
-            let page = try store.finishPage(prepared, fetched, wanted: wanted.map { $0 - matched })
+            let selection = reader.pageSelection(prepared, after: start)
+            let fetched = try lookup { (store) throws(KeychainError) in try store.fetchPage(selection) }
+            let page = try reader.finishPage(prepared, fetched, wanted: wanted.map { $0 - matched })
             matched += page.matched
             corrupt += page.corrupt
             after = page.next
@@ -259,55 +250,48 @@ final class StoreExecutor: @unchecked Sendable {
     }
 
     private func locked(_ body: (RequestHandler) -> Response) -> Response {
-        storeLock.lock()
-        defer { storeLock.unlock() }
-        guard let handler else { return Self.stopping }
-        return body(handler)
+        store.withLock { store in
+            guard let handler = store.handler else { return Self.stopping }
+            return body(handler)
+        }
     }
 
     /// Releases the store once in-flight calls are done (its class keys are zeroed as the last
-    /// references go). Later calls are told the daemon is stopping.
+    /// references go). Later calls are told the daemon is stopping; the timer thread ends.
     func stop() {
-        timerCondition.lock()
-        timerStopping = true
-        timerCondition.signal()
-        timerCondition.unlock()
-        timerDone.wait()
-        settingsLock.lock()
-        settings.reader = nil
-        settingsLock.unlock()
-        storeLock.lock()
-        handler = nil
-        storeLock.unlock()
+        settings.withLock { $0.reader = nil }
+        store.withLock { $0.handler = nil }
+        timerWake.signal()
     }
 
-    private static let stopping = Response(error: KeychainError(.serviceNotAvailable, "keychaind is shutting down"))
+    private static let stoppingError = KeychainError(.serviceNotAvailable, "keychaind is shutting down")
+    private static let stopping = Response(error: stoppingError)
 
-    private func runGrouped(_ group: [Job], _ handler: RequestHandler) {
+    /// The responses of a group of writes, in order, committed in one transaction.
+    private static func runGrouped(_ group: [Write], _ handler: RequestHandler) -> [Response] {
+        var responses: [Response] = []
+        responses.reserveCapacity(group.count)
         do throws(KeychainError) {
             try handler.store.inOneTransaction {
-                for job in group { job.response = handler.handle(job.request, from: job.caller, policy: job.policy) }
+                for write in group { responses.append(handler.handle(write.request, from: write.caller, policy: write.policy)) }
             }
         } catch {
             // The commit failed: nothing in the group took effect, and every caller hears so.
-            for job in group { job.response = Response(error: error) }
+            return group.map { _ in Response(error: error) }
         }
+        return responses
     }
 
     /// Records the one call a refused caller gets answered (denied calls are audited too).
     func audit(refused request: Request, from caller: Caller, response: Response) {
-        settingsLock.lock()
-        let current = settings
-        settingsLock.unlock()
+        let current = settings.withLock { $0 }
         current.audit?.record(request, caller: caller, app: current.policy.appID(for: caller), defaultGroup: nil, response: response)
     }
 
     /// Why the policy in force refuses `caller` outright (no access group, and not an admin),
     /// or nil when it may make some call.
     func refusal(for caller: Caller) -> String? {
-        settingsLock.lock()
-        let policy = settings.policy
-        settingsLock.unlock()
+        let policy = settings.withLock { $0.policy }
         guard policy.scope(for: caller).groups.isEmpty, !policy.isAdmin(caller) else { return nil }
         return policy.refusal(for: caller)
     }

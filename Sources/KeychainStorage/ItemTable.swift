@@ -130,10 +130,10 @@ public struct ItemTable {
     /// A filter turned into SQL conditions, bound values and a statement shape: built once,
     /// outside any lock, so that a caller serialising access to the table holds its lock
     /// only for the lookup itself.
-    public struct Selection: @unchecked Sendable {
+    public struct Selection: Sendable {
         let itemClass: ItemClass
         let isEmpty: Bool
-        let clause: (conditions: () -> String, values: [SQLValue], shape: UInt64?)
+        let clause: (conditions: @Sendable () -> String, values: [SQLValue], shape: UInt64?)
     }
 
     public static func selection(_ filter: RowFilter) -> Selection {
@@ -173,7 +173,7 @@ public struct ItemTable {
 
     /// A filter's conditions after the class: the SQL (" AND ..."), its bound values, and the
     /// shape that identifies the SQL for the statement cache (nil for very many groups).
-    private static func clause(_ filter: RowFilter) -> (conditions: () -> String, values: [SQLValue], shape: UInt64?) {
+    private static func clause(_ filter: RowFilter) -> (conditions: @Sendable () -> String, values: [SQLValue], shape: UInt64?) {
         let codes = classSQL[filter.itemClass]!.codes
         // Hash conditions in column order, so that one shape always binds in one order.
         var hashes = filter.hashes
@@ -199,7 +199,7 @@ public struct ItemTable {
         // Bound, not written into the SQL: every limit a caller sends would otherwise be a
         // statement of its own.
         if let limit = filter.limit { values.append(.int(Int64(limit))) }
-        let conditions = { () -> String in
+        let conditions = { @Sendable [hashes] () -> String in
             // A page walks rows in rowid order: unary + keeps agrp and sync from choosing an
             // index whose order is not rowid's (a sort of every match, on every page, made a
             // 200,000-item list quadratic); a hashed column's index or the rowid range serves.

@@ -24,6 +24,12 @@ struct SearchPlan {
 extension ItemStore {
     /// Builds the plan for `attributes` (coerced query attributes of class `cls`) within `groups`.
     func plan(_ cls: ItemClass, attributes: AttributeDictionary, groups: [String], query: ItemQuery) -> SearchPlan {
+        Self.plan(cls, attributes: attributes, groups: groups, query: query, codec: codec)
+    }
+
+    /// `plan` with the codec given: it needs nothing else, so a split read plans off the lock.
+    static func plan(_ cls: ItemClass, attributes: AttributeDictionary, groups: [String], query: ItemQuery,
+                     codec: ItemCodec) -> SearchPlan {
         let schema = ClassSchema.of(cls)!
         var filter = RowFilter(itemClass: cls, accessGroups: groups)
         var checks: [(AttributeSpec, AttributeValue)] = []

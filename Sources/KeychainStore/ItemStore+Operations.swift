@@ -84,8 +84,12 @@ extension ItemStore {
         return try result(for: items, query: query, single: query.limit.returnsSingle)
     }
 
-    /// The result shapes of keychain-semantics.md 4.6.
     func result(for items: [StoredItem], query: ItemQuery, single: Bool) throws(KeychainError) -> QueryResult {
+        try Self.result(for: items, query: query, single: single)
+    }
+
+    /// The result shapes of keychain-semantics.md 4.6 (static: a split read shapes off the lock).
+    static func result(for items: [StoredItem], query: ItemQuery, single: Bool) throws(KeychainError) -> QueryResult {
         let wanted = [query.returnData, query.returnAttributes, query.returnPersistentRef].filter { $0 }.count
         guard wanted > 0 else { return single ? .none : .list([]) }
         let results = items.map { item -> ItemResult in

@@ -4,11 +4,10 @@ import KeychainStorage
 
 /// A CopyMatching split in three, so that a server serialising access to the store holds its
 /// lock only for the middle part (the SQL lookup): parsing and planning before, decryption
-/// and shaping the result after, run concurrently. The outer two touch only state that never
-/// changes after init (the schema, the lookup-hash key, the item codec), so they are safe to
-/// call from several threads at once; `fetch` needs the same exclusive access as every other
-/// call.
-public struct PreparedSearch: @unchecked Sendable {
+/// and shaping the result after, run concurrently. The outer two run on a `SplitReader`, a
+/// Sendable value holding only what never changes after init (the item codec with its
+/// lookup-hash key); `fetch` needs the same exclusive access to the store as every other call.
+public struct PreparedSearch: Sendable {
     let query: ItemQuery
     let plan: SearchPlan
     /// The rows were cut off by SQL LIMIT: if some of them turn out to be altered, there may be
@@ -19,7 +18,7 @@ public struct PreparedSearch: @unchecked Sendable {
 }
 
 /// The rows a prepared search selected, each with the class key that opens it.
-public struct FetchedRows: @unchecked Sendable {
+public struct FetchedRows: Sendable {
     let rows: [(row: ItemRow, key: SecureKey)]
     let corrupt: Int
     /// The last rowid read, where the next page starts.
@@ -38,9 +37,12 @@ public struct SearchPage: Sendable {
     public let next: Int64?
 }
 
-extension ItemStore {
-    /// Parses and plans a CopyMatching (thread-safe). nil when the query needs the general
-    /// path (identities, which join two classes).
+/// The parts of a split read that run outside the store's lock, on any thread.
+public struct SplitReader: Sendable {
+    let codec: ItemCodec
+
+    /// Parses and plans a CopyMatching. nil when the query needs the general path
+    /// (identities, which join two classes).
     public func prepareSearch(_ dict: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedSearch? {
         let query = try ItemQuery(dict, for: .copyMatching)
         guard query.itemClass != .identity else { return nil }
@@ -48,16 +50,10 @@ extension ItemStore {
             throw KeychainError(.unimplemented, "r_Ref: object references do not cross the socket; ask for r_Data or r_Attributes")
         }
         let groups = try scope.groups(naming: query.accessGroup)
-        var plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
+        var plan = ItemStore.plan(query.itemClass, attributes: query.attributes, groups: groups, query: query, codec: codec)
         let limited = plan.checks.isEmpty && query.limit.maxRows != nil
         if limited { plan.filter.limit = query.limit.maxRows }
         return PreparedSearch(query: query, plan: plan, limitedInSQL: limited, selection: ItemTable.selection(plan.filter))
-    }
-
-    /// The candidate rows and their class keys (needs exclusive access). A row of a class whose
-    /// key is not loaded fails the whole call, as in `copyMatching`.
-    public func fetch(_ prepared: PreparedSearch) throws(KeychainError) -> FetchedRows {
-        try fetch(prepared.selection, maxBytes: nil)
     }
 
     /// Whether a search returns a list, which may be long: such answers go in pages.
@@ -66,12 +62,68 @@ extension ItemStore {
     /// How many matches the search asks for at most (nil: all).
     public func wantedMatches(_ prepared: PreparedSearch) -> Int? { prepared.query.limit.maxRows }
 
-    /// The selection of the page after `rowid` (thread-safe, built before taking the lock).
+    /// The selection of the page after `rowid` (built before taking the lock).
     public func pageSelection(_ prepared: PreparedSearch, after rowid: Int64) -> ItemTable.Selection {
         var filter = prepared.plan.filter
         filter.afterRowID = rowid
-        filter.limit = Self.pageRows
+        filter.limit = ItemStore.pageRows
         return ItemTable.selection(filter)
+    }
+
+    /// Opens, matches and shapes one page, taking at most `wanted` matches.
+    public func finishPage(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?) throws(KeychainError) -> SearchPage {
+        let query = prepared.query
+        let decode = query.returnAttributes || prepared.plan.needsOpening
+        var items: [StoredItem] = []
+        var corrupt = fetched.corrupt
+        for (row, key) in fetched.rows {
+            if let wanted, items.count >= wanted { break }
+            do throws(KeychainError) {
+                let item = try codec.open(row, classKey: key, withAttributes: decode)
+                if prepared.plan.matches(item) { items.append(item) }
+            } catch where error.status == .decode {
+                corrupt += 1
+            }
+        }
+        let done = fetched.exhausted || wanted.map { items.count >= $0 } ?? false
+        var results: [ItemResult] = []
+        if !items.isEmpty, case .list(let shaped) = try ItemStore.result(for: items, query: query, single: false) { results = shaped }
+        return SearchPage(results: results, matched: items.count, corrupt: corrupt, next: done ? nil : fetched.lastRowID)
+    }
+
+    /// Opens, matches and shapes the result. nil when altered rows inside a SQL
+    /// limit leave the answer incomplete: run `copyMatching` instead.
+    public func finish(_ prepared: PreparedSearch, _ fetched: FetchedRows) throws(KeychainError) -> QueryResult? {
+        let query = prepared.query
+        let decode = query.returnAttributes || prepared.plan.needsOpening
+        var items: [StoredItem] = []
+        var corrupt = fetched.corrupt
+        let limit = query.limit.maxRows
+        for (row, key) in fetched.rows {
+            if let limit, items.count >= limit { break }
+            let item: StoredItem
+            do throws(KeychainError) {
+                item = try codec.open(row, classKey: key, withAttributes: decode)
+            } catch where error.status == .decode {
+                corrupt += 1
+                continue
+            }
+            if prepared.plan.matches(item) { items.append(item) }
+        }
+        if prepared.limitedInSQL && corrupt > 0 && items.count < (limit ?? Int.max) { return nil }
+        guard !items.isEmpty else { throw ItemStore.nothingFound(corrupt: corrupt) }
+        return try ItemStore.result(for: items, query: query, single: query.limit.returnsSingle)
+    }
+}
+
+extension ItemStore {
+    /// The outer parts of a split read, to be used from any thread.
+    public var splitReader: SplitReader { SplitReader(codec: codec) }
+
+    /// The candidate rows and their class keys (needs exclusive access). A row of a class whose
+    /// key is not loaded fails the whole call, as in `copyMatching`.
+    public func fetch(_ prepared: PreparedSearch) throws(KeychainError) -> FetchedRows {
+        try fetch(prepared.selection, maxBytes: nil)
     }
 
     /// Rows of one page: at most `pageRows`, and no more once their sealed bytes reach
@@ -109,49 +161,5 @@ extension ItemStore {
         let exhausted = !cut && (maxBytes == nil || read < Self.pageRows)
         return FetchedRows(rows: rows, corrupt: corrupt, lastRowID: last, exhausted: exhausted)
     }
-
-    /// Opens, matches and shapes one page (thread-safe), taking at most `wanted` matches.
-    public func finishPage(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?) throws(KeychainError) -> SearchPage {
-        let query = prepared.query
-        let decode = query.returnAttributes || prepared.plan.needsOpening
-        var items: [StoredItem] = []
-        var corrupt = fetched.corrupt
-        for (row, key) in fetched.rows {
-            if let wanted, items.count >= wanted { break }
-            do throws(KeychainError) {
-                let item = try codec.open(row, classKey: key, withAttributes: decode)
-                if prepared.plan.matches(item) { items.append(item) }
-            } catch where error.status == .decode {
-                corrupt += 1
-            }
-        }
-        let done = fetched.exhausted || wanted.map { items.count >= $0 } ?? false
-        var results: [ItemResult] = []
-        if !items.isEmpty, case .list(let shaped) = try result(for: items, query: query, single: false) { results = shaped }
-        return SearchPage(results: results, matched: items.count, corrupt: corrupt, next: done ? nil : fetched.lastRowID)
-    }
-
-    /// Opens, matches and shapes the result (thread-safe). nil when altered rows inside a SQL
-    /// limit leave the answer incomplete: run `copyMatching` instead.
-    public func finish(_ prepared: PreparedSearch, _ fetched: FetchedRows) throws(KeychainError) -> QueryResult? {
-        let query = prepared.query
-        let decode = query.returnAttributes || prepared.plan.needsOpening
-        var items: [StoredItem] = []
-        var corrupt = fetched.corrupt
-        let limit = query.limit.maxRows
-        for (row, key) in fetched.rows {
-            if let limit, items.count >= limit { break }
-            let item: StoredItem
-            do throws(KeychainError) {
-                item = try codec.open(row, classKey: key, withAttributes: decode)
-            } catch where error.status == .decode {
-                corrupt += 1
-                continue
-            }
-            if prepared.plan.matches(item) { items.append(item) }
-        }
-        if prepared.limitedInSQL && corrupt > 0 && items.count < (limit ?? Int.max) { return nil }
-        guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
-        return try result(for: items, query: query, single: query.limit.returnsSingle)
-    }
 }
+

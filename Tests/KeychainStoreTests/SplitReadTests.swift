@@ -5,8 +5,8 @@ import Testing
 @Suite("A search split around the lock answers as copyMatching does")
 struct SplitReadTests {
     func split(_ t: TemporaryStore, _ query: AttributeDictionary, scope: AccessScope = TemporaryStore.app) throws -> QueryResult? {
-        guard let prepared = try t.store.prepareSearch(query, scope: scope) else { return nil }
-        return try t.store.finish(prepared, try t.store.fetch(prepared))
+        guard let prepared = try t.store.splitReader.prepareSearch(query, scope: scope) else { return nil }
+        return try t.store.splitReader.finish(prepared, try t.store.fetch(prepared))
     }
 
     @Test(arguments: [
@@ -33,7 +33,7 @@ struct SplitReadTests {
 
     @Test func identitiesTakeTheGeneralPath() throws {
         let t = try TemporaryStore()
-        #expect(try t.store.prepareSearch(["class": .string("idnt")], scope: TemporaryStore.app) == nil)
+        #expect(try t.store.splitReader.prepareSearch(["class": .string("idnt")], scope: TemporaryStore.app) == nil)
     }
 
     @Test func anAlteredRowInsideTheSQLLimitSendsTheCallBackToTheGeneralPath() throws {

@@ -87,7 +87,7 @@ struct StatementCacheTests {
         }
         func rows(limit: Int64) throws -> Int {
             let query: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "m_Limit": .int(limit)]
-            let prepared = try #require(try t.store.prepareSearch(query, scope: TemporaryStore.app))
+            let prepared = try #require(try t.store.splitReader.prepareSearch(query, scope: TemporaryStore.app))
             return try t.store.fetch(prepared).rows.count
         }
         #expect(try rows(limit: 3) == 3)
@@ -103,8 +103,8 @@ struct StatementCacheTests {
         for limit in 1...5_000 {
             let query: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "m_Limit": .int(Int64(limit)),
                                               "r_Data": .bool(true)]
-            let prepared = try #require(try t.store.prepareSearch(query, scope: TemporaryStore.app))
-            _ = try t.store.finish(prepared, try t.store.fetch(prepared))
+            let prepared = try #require(try t.store.splitReader.prepareSearch(query, scope: TemporaryStore.app))
+            _ = try t.store.splitReader.finish(prepared, try t.store.fetch(prepared))
         }
         let counts = t.store.database.cachedStatementCounts
         #expect(counts.texts <= SQLiteDatabase.statementCacheCapacity)
