@@ -4,6 +4,7 @@ import KeychainModel
 /// A 32-byte key in libsodium guarded memory: locked against swap, guard pages around it,
 /// read-only once filled, and zeroed by sodium_free when the last reference goes. Keys are
 /// immutable after init, so sharing one across threads is safe.
+// @unchecked: a raw pointer is never Sendable, though these bytes are read-only from init on.
 public final class SecureKey: @unchecked Sendable, ContiguousByteBuffer {
     public static let byteCount = 32
     private let pointer: UnsafeMutableRawPointer

@@ -7,8 +7,7 @@ import Glibc
 /// through a non-copyable `ByteWriter` (one owner while it is written) or a `SecretBytes`
 /// (never written again), so it is never mutated while shared.
 final class SecretStorage: @unchecked Sendable {
-    // @unchecked: mutated only by its one ByteWriter before it is published as SecretBytes,
-    // which never writes; the compiler cannot see that hand-over.
+    // @unchecked: written only by its one non-copyable ByteWriter, never once a SecretBytes shares it; no type says so.
     private(set) var base: UnsafeMutableRawPointer
     private(set) var capacity: Int
     private(set) var count = 0
