@@ -23,14 +23,14 @@ enum Derivation: Sendable {
     case setPasscode(KeybagSnapshot, new: SecretBytes)
     case changePasscode(KeybagSnapshot, old: SecretBytes, new: SecretBytes)
     case removePasscode(KeybagSnapshot, current: SecretBytes)
-    case backup(items: [AttributeDictionary], excluded: Int, password: SecretBytes, parameters: Argon2Parameters)
+    case backup(BackupContents, password: SecretBytes)
     case restore(file: [UInt8], password: SecretBytes, onConflict: ConflictPolicy)
 
     enum Output: Sendable {
         /// What a passcode call does to the keybag, for `ItemStore.apply`.
         case keybag(KeybagChange)
-        case backupFile([UInt8], itemCount: Int, excluded: Int, note: String)
-        case restoredItems([AttributeDictionary], BackupFile.Header)
+        case backupFile(SealedBackup)
+        case restoredItems(OpenedBackup)
     }
 
     /// The snapshot a passcode call was computed from; nil for backup and restore.
@@ -52,19 +52,10 @@ enum Derivation: Sendable {
             return .keybag(try snapshot.changePasscode(old: old, new: new))
         case .removePasscode(let snapshot, let current):
             return .keybag(try snapshot.removePasscode(current: current))
-        case .backup(let items, let excluded, let password, let parameters):
-            let note = excluded == 0 ? "no ThisDeviceOnly items" :
-                "\(excluded) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
-            let file = try BackupFile.seal(payload: BackupPayload.encode(items), itemCount: items.count, excludedCount: excluded,
-                                           note: note, password: password, parameters: parameters)
-            return .backupFile(file, itemCount: items.count, excluded: excluded, note: note)
+        case .backup(let contents, let password):
+            return .backupFile(try contents.seal(password: password))
         case .restore(let file, let password, _):
-            let (header, payload) = try BackupFile.open(file, password: password)
-            let items = try BackupPayload.decode(payload)
-            guard items.count == header.itemCount else {
-                throw KeychainError(.decode, "the backup holds \(items.count) items but its header says \(header.itemCount)")
-            }
-            return .restoredItems(items, header)
+            return .restoredItems(try OpenedBackup(file, password: password))
         }
     }
 }

@@ -129,8 +129,7 @@ final class RequestHandler {
             try ItemStore.checkBackupPassword(password)
             // Exported under the lock (one consistent view, and the keys it needs are loaded);
             // encoded and sealed without it.
-            let (items, excluded) = try store.exportMigratableItems()
-            return .backup(items: items, excluded: excluded, password: password, parameters: store.configuration.argon2)
+            return .backup(try store.backupContents(), password: password)
         case .restoreCommit(let session, let password, let policy):
             return .restore(file: try transfers.take(session), password: password, onConflict: policy)
         default:
@@ -159,19 +158,20 @@ final class RequestHandler {
             machine.passcodeRemoved(at: clock.monotonic())
             log("passcode removed by \(caller); \(deleted) when-passcode-set item(s) deleted")
         case .backup:
-            guard case .backupFile(let file, let items, let excluded, let note) = try outcome.get() else {
+            guard case .backupFile(let backup) = try outcome.get() else {
                 throw KeychainError(.internal, "a backup derived no file")
             }
-            let session = try transfers.offer(file, at: clock.monotonic())
-            log("backup of \(items) item(s) for \(caller); \(excluded) ThisDeviceOnly item(s) left out")
+            let session = try transfers.offer(backup.file, at: clock.monotonic())
+            log("backup of \(backup.itemCount) item(s) for \(caller); \(backup.excluded) ThisDeviceOnly item(s) left out")
             return Response(result: .single(.attributes([
-                "session": .int(Int64(session)), "size": .int(Int64(file.count)),
-                "items": .int(Int64(items)), "excluded": .int(Int64(excluded)), "note": .string(note)])))
+                "session": .int(Int64(session)), "size": .int(Int64(backup.file.count)),
+                "items": .int(Int64(backup.itemCount)), "excluded": .int(Int64(backup.excluded)), "note": .string(backup.note)])))
         case .restore(_, _, let onConflict):
-            guard case .restoredItems(let items, let header) = try outcome.get() else {
+            guard case .restoredItems(let backup) = try outcome.get() else {
                 throw KeychainError(.internal, "a restore derived no items")
             }
-            let summary = try store.importItems(items, onConflict: onConflict)
+            let header = backup.header
+            let summary = try store.restore(backup, onConflict: onConflict)
             log("restore for \(caller): \(summary.restored) restored, \(summary.skipped) skipped, \(summary.replaced) replaced")
             return Response(result: .single(.attributes([
                 "restored": .int(Int64(summary.restored)), "skipped": .int(Int64(summary.skipped)),

@@ -15,7 +15,67 @@ public struct RestoreSummary: Sendable, Equatable {
     }
 }
 
+/// What a backup holds, copied out of the store (one consistent view, under whatever lock
+/// serialises the store), to be sealed without it: sealing runs Argon2id.
+public struct BackupContents: Sendable {
+    let items: [AttributeDictionary]
+    /// ThisDeviceOnly items left out.
+    public let excluded: Int
+    let parameters: Argon2Parameters
+
+    /// What the backup file says about the items it left out.
+    var note: String {
+        excluded == 0 ? "no ThisDeviceOnly items"
+            : "\(excluded) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
+    }
+
+    /// The backup file: the items encoded (docs/backup-format.md) and sealed under `password`.
+    public func seal(password: SecretBytes) throws(KeychainError) -> SealedBackup {
+        let file = try BackupFile.seal(payload: BackupPayload.encode(items), itemCount: items.count, excludedCount: excluded,
+                                       note: note, password: password, parameters: parameters)
+        return SealedBackup(file: file, itemCount: items.count, excluded: excluded, note: note)
+    }
+}
+
+/// A backup file and what it says it holds.
+public struct SealedBackup: Sendable {
+    public let file: [UInt8]
+    public let itemCount: Int
+    public let excluded: Int
+    public let note: String
+}
+
+/// A backup file opened with its password and checked, ready for `ItemStore.restore`.
+public struct OpenedBackup: Sendable {
+    let items: [AttributeDictionary]
+    public let header: BackupFile.Header
+
+    /// Opens `file` (Argon2id: run it without the store's lock). errSecAuthFailed for a wrong
+    /// password; errSecDecode for a damaged file or one whose items do not match its header.
+    public init(_ file: [UInt8], password: SecretBytes) throws(KeychainError) {
+        let (header, payload) = try BackupFile.open(file, password: password)
+        let items = try BackupPayload.decode(payload)
+        guard items.count == header.itemCount else {
+            throw KeychainError(.decode, "the backup holds \(items.count) items but its header says \(header.itemCount)")
+        }
+        self.items = items
+        self.header = header
+    }
+}
+
 extension ItemStore {
+    /// What a backup of this keychain holds now: every item that may leave the device. Needs
+    /// the keychain unlocked.
+    public func backupContents() throws(KeychainError) -> BackupContents {
+        let (items, excluded) = try exportMigratableItems()
+        return BackupContents(items: items, excluded: excluded, parameters: configuration.argon2)
+    }
+
+    /// Adds a backup's items, all or none (see `importItems`).
+    public func restore(_ backup: OpenedBackup, onConflict: ConflictPolicy) throws(KeychainError) -> RestoreSummary {
+        try importItems(backup.items, onConflict: onConflict)
+    }
+
     /// The protection classes whose items may leave this device.
     public static let migratable: [Protection] = [.whenUnlocked, .afterFirstUnlock, .always]
 
