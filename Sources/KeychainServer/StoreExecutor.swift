@@ -37,9 +37,9 @@ final class StoreExecutor: Sendable {
         var pending: [Write] = []
     }
 
-    private let store: Mutex<Store>
+    private let store: PthreadMutex<Store>
     /// Its own lock, so that writers queue while a group commits: what makes the groups.
-    private let writes = Mutex(WriteQueue())
+    private let writes = PthreadMutex(WriteQueue())
     /// Held by a call that derives a key from its first step to its last, so that one Argon2id
     /// runs at a time: it takes 256 MiB at the default cost, and clients sending many at once
     /// would otherwise take a multiple of it. It also queues passcode checks behind each
@@ -58,7 +58,7 @@ final class StoreExecutor: Sendable {
         var identifiesByExecutable: Bool
     }
 
-    private let settings: Mutex<Settings>
+    private let settings: PthreadMutex<Settings>
 
     /// Wakes the timer thread early (a lock event may have set an earlier deadline, or the
     /// executor stopped). A semaphore, not a condition: a wake-up sent while the timer is
@@ -73,8 +73,8 @@ final class StoreExecutor: Sendable {
     init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
          log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
         let reader = itemStore.splitReader
-        store = Mutex(Store(handler: try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)))
-        settings = Mutex(Settings(policy: policy, audit: audit, reader: reader,
+        store = PthreadMutex(Store(handler: try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)))
+        settings = PthreadMutex(Settings(policy: policy, audit: audit, reader: reader,
                                   identifiesByExecutable: policy.identifiesByExecutable))
         let thread = Thread { [self] in self.runTimer() }
         thread.name = "keychaind-lock-timer"
