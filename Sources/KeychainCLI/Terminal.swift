@@ -109,6 +109,7 @@ enum SecretInput {
 
 /// Restores terminal echo if the user presses Ctrl-C at a no-echo prompt.
 enum EchoGuard {
+    // nonisolated(unsafe): read by a SIGINT handler, which may take no lock; written only by the prompting thread.
     nonisolated(unsafe) static var fd: Int32 = -1
     nonisolated(unsafe) static var saved = termios()
 

@@ -36,7 +36,7 @@ public final class KeychainConnection: Sendable {
     var watchedReads: Int { watches.load(ordering: .relaxed) }
 
     /// An open connection and the reader that buffers its input.
-    private struct Link: @unchecked Sendable {
+    private struct Link {
         let socket: UnixSocket
         let reader: FrameReader
         var reads = ReadPace()
