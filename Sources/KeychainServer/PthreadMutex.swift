@@ -11,16 +11,21 @@ import Glibc
 // @unchecked: the pthread mutex guards `value`, which no Swift type can express.
 final class PthreadMutex<State: ~Copyable>: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var value: State
+    /// Behind a pointer, as in Mutex: a stored `var` would cost a dynamic exclusivity check
+    /// on every access, and the lock already makes access exclusive.
+    private let value: UnsafeMutablePointer<State>
 
     init(_ value: consuming sending State) {
         mutex = .allocate(capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
         pthread_mutex_init(mutex, nil)
-        self.value = value
+        self.value = .allocate(capacity: 1)
+        self.value.initialize(to: value)
     }
 
     deinit {
+        value.deinitialize(count: 1)
+        value.deallocate()
         pthread_mutex_destroy(mutex)
         mutex.deallocate()
     }
@@ -28,6 +33,6 @@ final class PthreadMutex<State: ~Copyable>: @unchecked Sendable {
     func withLock<Result: ~Copyable, E: Error>(_ body: (inout sending State) throws(E) -> sending Result) throws(E) -> sending Result {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
+        return try body(&value.pointee)
     }
 }

@@ -54,11 +54,12 @@ final class StoreExecutor: Sendable {
         var audit: AuditLog?
         /// For the parts of a read outside the store's lock; nil once stopped.
         var reader: SplitReader?
-        /// Cached from `policy`, read on every call.
-        var identifiesByExecutable: Bool
     }
 
     private let settings: PthreadMutex<Settings>
+    /// Set with `settings`, read on every request without a lock: a lock taken twice per
+    /// request by every client was one more place for them to queue.
+    private let executablesMatter: Atomic<Bool>
 
     /// Wakes the timer thread early (a lock event may have set an earlier deadline, or the
     /// executor stopped). A semaphore, not a condition: a wake-up sent while the timer is
@@ -68,14 +69,14 @@ final class StoreExecutor: Sendable {
     /// Whether any application is told apart by its executable. Only then does each request
     /// re-check its process's executable: otherwise the executable grants nothing, and the
     /// check would cost every call a system call for no promise.
-    var identifiesByExecutable: Bool { settings.withLock { $0.identifiesByExecutable } }
+    var identifiesByExecutable: Bool { executablesMatter.load(ordering: .relaxed) }
 
     init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
          log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
         let reader = itemStore.splitReader
         store = PthreadMutex(Store(handler: try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)))
-        settings = PthreadMutex(Settings(policy: policy, audit: audit, reader: reader,
-                                  identifiesByExecutable: policy.identifiesByExecutable))
+        settings = PthreadMutex(Settings(policy: policy, audit: audit, reader: reader))
+        executablesMatter = Atomic(policy.identifiesByExecutable)
         let thread = Thread { [self] in self.runTimer() }
         thread.name = "keychaind-lock-timer"
         thread.start()
@@ -119,7 +120,7 @@ final class StoreExecutor: Sendable {
         settings.withLock {
             $0.policy = policy
             $0.audit = audit
-            $0.identifiesByExecutable = policy.identifiesByExecutable
+            executablesMatter.store(policy.identifiesByExecutable, ordering: .relaxed)
         }
     }
 
