@@ -107,6 +107,39 @@ public struct UnixSocket: Sendable {
         }
     }
 
+    /// Waits for a connection on this listening socket, which must be non-blocking, until
+    /// `wake` becomes readable (then nil). Unlike shutting the listener down, this leaves the
+    /// socket as it was: one handed over by a service manager must go on accepting for the
+    /// daemon's next start.
+    public func accept(orWakeOn wake: Int32) throws(SocketFailure) -> UnixSocket? {
+        while true {
+            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+            do {
+                _ = try SystemCall.retrying("poll") { poll(&fds, 2, -1) }
+            } catch {
+                throw .system(error.call, error.errno)
+            }
+            if fds[1].revents != 0 { return nil }
+            do {
+                let c = try SystemCall.retrying("accept") { Glibc.accept(fd, nil, nil) }
+                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+                return UnixSocket(fd: c)
+            } catch {
+                switch error.errno {
+                case EAGAIN, EWOULDBLOCK, ECONNABORTED: continue  // another worker took it, or the client gave up
+                case EINVAL, EBADF: return nil
+                default: throw .system(error.call, error.errno)  // e.g. out of descriptors
+                }
+            }
+        }
+    }
+
+    /// Makes calls on this socket return EAGAIN instead of blocking.
+    public func setNonBlocking() throws(SocketFailure) {
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else { throw .system("fcntl", errno) }
+    }
+
     public func close() { Glibc.close(fd) }
 
     /// Wakes any thread blocked on this socket (used at shutdown).

@@ -43,6 +43,12 @@ public final class KeychainServer: LifecycleService, Sendable {
     private let logger: Logger
     private let executor: StoreExecutor
     private let listener: UnixSocket
+    /// Whether this daemon bound the socket file (and so removes it at stop); a socket the
+    /// service manager handed over is the manager's, and stays for the next start.
+    private let ownsSocketFile: Bool
+    /// Written to at shutdown: wakes the workers waiting in accept without touching the
+    /// listening socket itself (see UnixSocket.accept(orWakeOn:)).
+    private let wake: (read: Int32, write: Int32)
     private let workersRunning = DispatchGroup()
     private let busyPoll: BusyPoll
 
@@ -59,9 +65,10 @@ public final class KeychainServer: LifecycleService, Sendable {
     }
     private let state: Mutex<State>
 
-    /// Opens the store and binds the socket (replacing a stale one; refusing if a live daemon
-    /// answers there). Throws with a message fit for the operator.
-    public init(configuration: ServerConfiguration, logger: Logger) throws {
+    /// Opens the store and serves `listener` if one was handed over (socket activation), else
+    /// binds the socket (replacing a stale one; refusing if a live daemon answers there).
+    /// Throws with a message fit for the operator.
+    public init(configuration: ServerConfiguration, listener handed: UnixSocket? = nil, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
         busyPoll = BusyPoll(windowMicroseconds: configuration.busyPollMicroseconds)
@@ -69,12 +76,29 @@ public final class KeychainServer: LifecycleService, Sendable {
             maxConnections: configuration.maxConnections,
             maxPerUID: configuration.maxConnectionsPerUID ?? ConnectionAdmission.defaultPerUID(maxConnections: configuration.maxConnections))))
         let store = try ItemStore(configuration: configuration.store)
-        try Self.claimSocketPath(configuration.socketPath)
-        do {
-            listener = try UnixSocket.listen(path: configuration.socketPath, mode: configuration.socketMode)
-        } catch {
-            throw KeychainError(.io, "cannot listen on \(configuration.socketPath): \(error)")
+        if let handed {
+            listener = handed
+            ownsSocketFile = false
+        } else {
+            try Self.claimSocketPath(configuration.socketPath)
+            do {
+                listener = try UnixSocket.listen(path: configuration.socketPath, mode: configuration.socketMode)
+            } catch {
+                throw KeychainError(.io, "cannot listen on \(configuration.socketPath): \(error)")
+            }
+            ownsSocketFile = true
         }
+        do {
+            try listener.setNonBlocking()
+        } catch {
+            throw KeychainError(.io, "cannot use the socket \(configuration.socketPath): \(error)")
+        }
+        var pipeEnds: [Int32] = [-1, -1]
+        guard pipe(&pipeEnds) == 0 else {
+            throw SystemCallError.current("pipe").keychainError("cannot start the workers")
+        }
+        for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        wake = (pipeEnds[0], pipeEnds[1])
         let log = logger
         let audit = try configuration.auditLogPath.map {
             try AuditLog(path: $0, includeNames: configuration.auditIncludeNames, log: { log.warning("\($0)") })
@@ -83,7 +107,7 @@ public final class KeychainServer: LifecycleService, Sendable {
         executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
                                      audit: audit, log: { log.notice("\($0)") })
         logger.info("keychaind ready", metadata: [
-            "socket": "\(configuration.socketPath)", "state": "\(configuration.store.stateDirectory)",
+            "socket": "\(configuration.socketPath)\(handed == nil ? "" : " (from the service manager)")", "state": "\(configuration.store.stateDirectory)",
             "lock": "\(lockedAtStart ? "lockedSinceBoot" : "unlocked")",
         ])
     }
@@ -117,11 +141,14 @@ public final class KeychainServer: LifecycleService, Sendable {
     }
 
     /// Returns once `shutdown()` has been called, every in-flight call has finished and the
-    /// store is closed; removes the socket.
+    /// store is closed; removes the socket file it bound.
     public func waitUntilStopped() {
         workersRunning.wait()
         executor.stop()
-        unlink(configuration.socketPath)
+        if ownsSocketFile { unlink(configuration.socketPath) }
+        listener.close()
+        close(wake.read)
+        close(wake.write)
         logger.info("keychaind stopped")
     }
 
@@ -162,7 +189,7 @@ public final class KeychainServer: LifecycleService, Sendable {
         while true {
             let accepted: UnixSocket?
             do {
-                accepted = try listener.accept()
+                accepted = try listener.accept(orWakeOn: wake.read)
             } catch {
                 logger.error("accept failed: \(error)")
                 Thread.sleep(forTimeInterval: 0.05)  // e.g. out of descriptors: do not spin
@@ -290,7 +317,8 @@ public final class KeychainServer: LifecycleService, Sendable {
         }
         guard first else { return }
         if let pending { logger.warning("\(pending)") }
-        listener.shutdownBoth()
+        var byte: UInt8 = 1
+        _ = try? SystemCall.retrying("write") { write(wake.write, &byte, 1) }
     }
 
     private func serve(_ socket: UnixSocket, _ caller: Caller, _ process: PeerProcess?) {
