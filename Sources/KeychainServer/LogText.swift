@@ -1,4 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainModel
 import Logging
+import Synchronization
 
 /// One log line per event, whatever a caller sends: attribute names in error messages and
 /// executable paths are the caller's choice, and a newline in one would forge a line. Every
@@ -69,5 +74,71 @@ public struct EscapingLogHandler: LogHandler {
     public var metadataProvider: Logger.MetadataProvider? {
         get { inner.metadataProvider }
         set { inner.metadataProvider = newValue }
+    }
+}
+
+/// journald's stream: systemd connects a service's stderr to it and names that stream in
+/// JOURNAL_STREAM as "DEVICE:INODE", so a process can tell whether its stderr still goes there
+/// (not, say, redirected by whoever started it with the variable inherited).
+public enum JournalStream {
+    public static func isConnected(_ fd: Int32 = STDERR_FILENO, environment: [String: String]) -> Bool {
+        guard let value = environment["JOURNAL_STREAM"] else { return false }
+        let parts = value.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]) else { return false }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return false }
+        return UInt64(st.st_dev) == device && UInt64(st.st_ino) == inode
+    }
+}
+
+/// Log lines for journald: each starts with its syslog priority ("<6>" for info), which the
+/// journal reads and removes, and carries no timestamp (the journal stamps every line itself).
+public struct JournalLogHandler: LogHandler {
+    public let label: String
+    private let fd: Int32
+    public var logLevel: Logger.Level = .info
+    public var metadata: Logger.Metadata = [:]
+    public var metadataProvider: Logger.MetadataProvider?
+
+    /// Lines from several threads must not interleave within one another.
+    private static let writing = Mutex(())
+
+    public init(label: String, fd: Int32 = STDERR_FILENO) {
+        self.label = label
+        self.fd = fd
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    /// syslog's priorities (sd-daemon.h's SD_DEBUG...SD_CRIT): swift-log's trace has none of its own.
+    public static func priority(_ level: Logger.Level) -> Int {
+        switch level {
+        case .trace, .debug: 7
+        case .info: 6
+        case .notice: 5
+        case .warning: 4
+        case .error: 3
+        case .critical: 2
+        }
+    }
+
+    public static func line(priority: Int, label: String, metadata: Logger.Metadata, message: String) -> String {
+        let fields = metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        return "<\(priority)>\(label):" + (fields.isEmpty ? "" : " " + fields.joined(separator: " ")) + " \(message)\n"
+    }
+
+    public func log(event: LogEvent) {
+        var all = metadata
+        if let provided = metadataProvider?.get() { all.merge(provided) { $1 } }
+        if let explicit = event.metadata { all.merge(explicit) { $1 } }
+        let text = Self.line(priority: Self.priority(event.level), label: label, metadata: all,
+                             message: event.message.description)
+        Self.writing.withLock { _ in
+            var bytes = Array(text.utf8)
+            _ = bytes.withUnsafeMutableBytes { b in try? SystemCall.writeAll(fd, UnsafeRawBufferPointer(b)) }
+        }
     }
 }
