@@ -1,6 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CSodium
+import KeychainCrypto
 import KeychainModel
 
 /// Which of the keychain's files a state directory holds, and whether the store may start
@@ -34,6 +36,15 @@ struct StateInventory {
     func isFirstStart() throws(KeychainError) -> Bool {
         let key = configuration.deviceKeyPath, db = configuration.databasePath
         let record = configuration.generationRecordPath
+        if let credential = configuration.deviceKeyCredential {
+            try checkStateKeyMatches(credential)
+            // The credential is the key: a keychain without a database is new only if no
+            // record says one was here.
+            if !hasDatabaseFile, hasRecord {
+                throw KeychainError(.notAvailable, "\(record) says a keychain was here, but \(db) is gone. Restore it from a backup; or, to start a new, empty keychain under the credential's key, remove \(record).")
+            }
+            return !hasDatabaseFile && !databaseHoldsData
+        }
         if hasDeviceKey {
             guard hasDatabaseFile else {
                 // Without a record this may be an older keychaind's interrupted first start
@@ -52,6 +63,22 @@ struct StateInventory {
             throw KeychainError(.notAvailable, "\(record) says a keychain was here, but \(key) and \(db) are gone: the keychain was deleted. Restore them from a backup; or, to start a new, empty keychain, remove \(record).")
         }
         return true
+    }
+
+    /// With the device key from a credential, a device.key left in the state directory (say,
+    /// during a migration to a sealed credential) must be the same key: two different keys
+    /// would leave it unclear which one the keychain is sealed with.
+    private func checkStateKeyMatches(_ credential: String) throws(KeychainError) {
+        let plain = configuration.stateDeviceKeyPath
+        guard Self.size(plain) != nil else { return }
+        let stateKey = try DeviceKeyFile.loadExisting(path: plain)
+        let credentialKey = try DeviceKeyFile.loadExisting(path: credential)
+        let same = stateKey.withUnsafeBytes { a in
+            credentialKey.withUnsafeBytes { b in sodium_memcmp(a.baseAddress!, b.baseAddress!, SecureKey.byteCount) == 0 }
+        }
+        guard same else {
+            throw KeychainError(.decode, "the device key credential \(credential) differs from \(plain): keychaind will not guess which one this keychain is sealed with. If the credential was sealed from this keychain's key, remove \(plain) (keep a backup); otherwise seal \(plain) into the credential again (docs/security.md, \"The device key as a systemd credential\").")
+        }
     }
 
     /// The size of the file at `path` (not following a link), or nil if there is none.

@@ -17,8 +17,17 @@ public struct StoreConfiguration: Sendable {
         self.argon2 = argon2
     }
 
+    /// A device key the service manager supplies (a systemd credential, decrypted by it into
+    /// $CREDENTIALS_DIRECTORY): used instead of the state directory's device.key, which then
+    /// must not exist or must hold the same key.
+    public var deviceKeyCredential: String?
+
     public var databasePath: String { stateDirectory + "/keychain.db" }
-    public var deviceKeyPath: String { stateDirectory + "/" + DeviceKeyFile.fileName }
+    /// Where the device key is read from: the credential if there is one, else the state
+    /// directory's file.
+    public var deviceKeyPath: String { deviceKeyCredential ?? stateDeviceKeyPath }
+    /// The device key's place in the state directory.
+    public var stateDeviceKeyPath: String { stateDirectory + "/" + DeviceKeyFile.fileName }
     public var generationRecordPath: String { stateDirectory + "/" + GenerationRecordFile.fileName }
 }
 
