@@ -203,7 +203,7 @@ public struct DaemonConfig: Sendable, Equatable {
             auditIncludeNames = b
         case "log_level":
             let level = try string()
-            guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
+            guard Self.logLevels.contains(level) else {
                 throw ParseError(line: n, message: "log_level must be one of trace, debug, info, notice, warning, error, critical")
             }
             logLevel = level
@@ -212,19 +212,23 @@ public struct DaemonConfig: Sendable, Equatable {
         }
     }
 
+    static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
+
     /// The access policy this config describes; `source` names the file in messages.
     public func accessPolicy(source: String) -> AccessPolicy {
         AccessPolicy(applications: applications.isEmpty ? nil : applications, unknownCallers: unknownCallers,
                      adminUIDs: adminUIDs.map(Set.init) ?? [0, getuid()], source: source)
     }
 
-    /// The server configuration: flags win over the file, the file over the defaults.
+    /// The server configuration: flags win over this config (the file with the environment's
+    /// overrides applied), and it over the defaults (DaemonEnvironment's, by default the
+    /// built-in ones).
     public func serverConfiguration(stateDirectory flagState: String?, socket flagSocket: String?,
-                                    source: String = "the built-in defaults") -> ServerConfiguration {
-        var server = ServerConfiguration(
-            socketPath: flagSocket ?? socketPath ?? DefaultPaths.socketPath,
-            store: StoreConfiguration(stateDirectory: flagState ?? stateDirectory ?? DefaultPaths.stateDirectory,
-                                      argon2: argon2))
+                                    source: String = "the built-in defaults",
+                                    defaults: DaemonEnvironment = DaemonEnvironment([:])) -> ServerConfiguration {
+        var store = StoreConfiguration(stateDirectory: flagState ?? stateDirectory ?? defaults.stateDirectory, argon2: argon2)
+        store.deviceKeyCredential = defaults.deviceKeyCredential
+        var server = ServerConfiguration(socketPath: flagSocket ?? socketPath ?? defaults.socketPath, store: store)
         server.idleTimeoutMs = Int32(idleTimeoutSeconds * 1000)
         server.frameTimeoutMs = Int32(frameTimeoutSeconds * 1000)
         server.maxConnections = maxConnections
@@ -238,5 +242,110 @@ public struct DaemonConfig: Sendable, Equatable {
         server.lockPolicy.autoLockAfter = Double(autoLockSeconds)
         server.lockPolicy.eraseAfterFailures = eraseAfterFailures
         return server
+    }
+}
+
+/// What the daemon's environment says: the service manager's directories (systemd's
+/// $STATE_DIRECTORY, $RUNTIME_DIRECTORY, $CONFIGURATION_DIRECTORY, $CREDENTIALS_DIRECTORY)
+/// as defaults below the config file, and KEYCHAIND_* variables that override the file.
+/// The order, strongest first: flags, KEYCHAIND_* variables, the config file, the service
+/// manager's directories, the built-in defaults.
+public struct DaemonEnvironment: Sendable {
+    public let variables: [String: String]
+    /// Decides the built-in defaults (root's are the system daemon's).
+    public let euid: uid_t
+
+    public init(_ variables: [String: String], euid: uid_t = geteuid()) {
+        self.variables = variables
+        self.euid = euid
+    }
+
+    /// The variables that override the config file.
+    public static let stateDirectoryOverride = "KEYCHAIND_STATE_DIR"
+    public static let socketOverride = "KEYCHAIND_SOCKET"
+    public static let logLevelOverride = "KEYCHAIND_LOG_LEVEL"
+    public static let configOverride = "KEYCHAIND_CONFIG"
+    /// The credential systemd places in $CREDENTIALS_DIRECTORY (LoadCredentialEncrypted=device.key:...).
+    public static let deviceKeyCredentialName = "device.key"
+
+    /// A variable's value; an empty one counts as unset.
+    func value(_ name: String) -> String? {
+        guard let v = variables[name], !v.isEmpty else { return nil }
+        return v
+    }
+
+    /// The first of a colon-separated list of directories, as systemd sets them when a unit
+    /// names several (StateDirectory=a b).
+    func firstDirectory(_ name: String) -> String? {
+        value(name)?.split(separator: ":", omittingEmptySubsequences: true).first.map(String.init)
+    }
+
+    /// $STATE_DIRECTORY, else the built-in default.
+    public var stateDirectory: String {
+        firstDirectory("STATE_DIRECTORY") ?? DefaultPaths.stateDirectory
+    }
+
+    /// $RUNTIME_DIRECTORY/keychaind.sock, else the built-in default.
+    public var socketPath: String {
+        firstDirectory("RUNTIME_DIRECTORY").map { $0 + "/keychaind.sock" } ?? DefaultPaths.socketPath
+    }
+
+    /// $CREDENTIALS_DIRECTORY/device.key when systemd placed it there.
+    public var deviceKeyCredential: String? {
+        guard let dir = value("CREDENTIALS_DIRECTORY") else { return nil }
+        let path = dir + "/" + Self.deviceKeyCredentialName
+        var st = stat()
+        return lstat(path, &st) == 0 ? path : nil
+    }
+
+    /// Which config file to read without --config: KEYCHAIND_CONFIG (which must exist); else,
+    /// read only when present, $CONFIGURATION_DIRECTORY/keychaind.toml, or for root
+    /// /etc/keychaind/keychaind.toml, or for others $XDG_CONFIG_HOME/keychaind/keychaind.toml
+    /// (~/.config/keychaind/keychaind.toml).
+    public var configFile: ConfigFile {
+        if let path = value(Self.configOverride) { return ConfigFile(path: path, required: true) }
+        let path: String
+        if let dir = firstDirectory("CONFIGURATION_DIRECTORY") {
+            path = dir + "/keychaind.toml"
+        } else if euid == 0 {
+            path = "/etc/keychaind/keychaind.toml"
+        } else if let xdg = value("XDG_CONFIG_HOME") {
+            path = xdg + "/keychaind/keychaind.toml"
+        } else {
+            path = (value("HOME") ?? "/") + "/.config/keychaind/keychaind.toml"
+        }
+        return ConfigFile(path: path, required: false)
+    }
+
+    /// `file` with the KEYCHAIND_* overrides applied; a value the file could not hold either
+    /// (an unknown log level) is errSecParam, naming the variable.
+    public func overriding(_ file: DaemonConfig) throws(KeychainError) -> DaemonConfig {
+        var config = file
+        if let dir = value(Self.stateDirectoryOverride) { config.stateDirectory = dir }
+        if let socket = value(Self.socketOverride) { config.socketPath = socket }
+        if let level = value(Self.logLevelOverride) {
+            guard DaemonConfig.logLevels.contains(level) else {
+                throw KeychainError(.param, "\(Self.logLevelOverride)=\(LogSafe.value(level)) is not a log level: use one of \(DaemonConfig.logLevels.joined(separator: ", "))")
+            }
+            config.logLevel = level
+        }
+        return config
+    }
+}
+
+/// A config file the daemon is to read; one that is not `required` is read only when present.
+public struct ConfigFile: Sendable, Equatable {
+    public let path: String
+    public let required: Bool
+
+    public init(path: String, required: Bool) {
+        self.path = path
+        self.required = required
+    }
+
+    /// Whether there is a file to read: a required one always (a missing one is then an error).
+    public var shouldRead: Bool {
+        var st = stat()
+        return required || stat(path, &st) == 0 || errno != ENOENT
     }
 }

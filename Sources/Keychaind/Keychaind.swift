@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KeychainModel
+import KeychainProtocol
 import KeychainServer
 import KeychainStore
 import Logging
@@ -11,11 +12,18 @@ struct Keychaind: ParsableCommand {
         commandName: "keychaind",
         abstract: "The keychain daemon: serves SecItem calls over a Unix socket.",
         discussion: """
-        Runs in the foreground and logs to stderr. Without flags: as root, state in /var/lib/keychaind \
-        and socket /run/keychaind/keychaind.sock; otherwise $XDG_DATA_HOME/keychaind and \
-        $XDG_RUNTIME_DIR/keychaind.sock (or /tmp/keychaind-UID/). SIGTERM or SIGINT stops it cleanly; \
-        SIGHUP reloads --config; SIGUSR1 locks. With $NOTIFY_SOCKET set (systemd Type=notify) it reports \
-        READY=1, RELOADING=1 and STOPPING=1 there.
+        Runs in the foreground and logs to stderr (with syslog priorities when it is journald's stream). \
+        Without flags: as root, state in /var/lib/keychaind and socket /run/keychaind/keychaind.sock; \
+        otherwise $XDG_DATA_HOME/keychaind and $XDG_RUNTIME_DIR/keychaind.sock (or /tmp/keychaind-UID/); \
+        under systemd, $STATE_DIRECTORY and $RUNTIME_DIRECTORY. The config file without --config: \
+        $KEYCHAIND_CONFIG, else $CONFIGURATION_DIRECTORY/keychaind.toml, /etc/keychaind/keychaind.toml \
+        (root) or $XDG_CONFIG_HOME/keychaind/keychaind.toml, each read only if present. \
+        KEYCHAIND_STATE_DIR, KEYCHAIND_SOCKET and KEYCHAIND_LOG_LEVEL override the file; flags override \
+        both. A socket passed by systemd (LISTEN_FDS) is served instead of binding one; a device key in \
+        $CREDENTIALS_DIRECTORY/device.key is used instead of the state directory's. SIGTERM or SIGINT \
+        stops it cleanly; SIGHUP reloads the config file; SIGUSR1 locks. With $NOTIFY_SOCKET set \
+        (systemd Type=notify) it reports READY=1, RELOADING=1 and STOPPING=1 there. Exit status 78 \
+        (EX_CONFIG): the flags, the environment or the config file are wrong.
         """,
         version: KeychainVersion.current)
 
@@ -25,45 +33,80 @@ struct Keychaind: ParsableCommand {
     @Option(help: "Path of the Unix socket to serve.")
     var socket: String?
 
-    @Option(help: "Config file (see Config/keychaind.toml).")
+    @Option(help: "Config file (see Config/keychaind.toml); without it, the default one is read if present.")
     var config: String?
+
+    /// EX_CONFIG (sysexits.h): the unit's RestartPreventExitStatus= names it, so that a config
+    /// that cannot work is not restarted in a loop.
+    static let configurationExitStatus: Int32 = 78
+
+    /// ArgumentParser's own main, except that bad flags and a bad config exit with
+    /// EX_CONFIG rather than EX_USAGE.
+    static func main() {
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch {
+            guard exitCode(for: error) == .validationFailure else { exit(withError: error) }
+            FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+            Foundation.exit(configurationExitStatus)
+        }
+    }
 
     func run() throws {
         DaemonProcess.ensureBacktracesDisabled()
-        var daemonConfig = DaemonConfig()
-        if let path = config {
-            do {
-                daemonConfig = try Self.load(path)
-            } catch {
-                throw ValidationError("\(error)")
-            }
+        let environment = DaemonEnvironment(ProcessInfo.processInfo.environment)
+        let file = config.map { ConfigFile(path: $0, required: true) } ?? environment.configFile
+        let loadedPath = file.shouldRead ? file.path : nil
+        let daemonConfig: DaemonConfig
+        do {
+            daemonConfig = try environment.overriding(loadedPath.map(Self.load) ?? DaemonConfig())
+        } catch {
+            throw ValidationError("\(error)")
         }
         var server = daemonConfig.serverConfiguration(stateDirectory: stateDirectory, socket: socket,
-                                                      source: config ?? "the built-in defaults")
-        if ProcessInfo.processInfo.environment["KEYCHAIND_INSECURE_FAST_KDF"] == "1" {
+                                                      source: loadedPath ?? "the built-in defaults", defaults: environment)
+        if environment.variables["KEYCHAIND_INSECURE_FAST_KDF"] == "1" {
             server.store.argon2 = .testingOnly  // test suites only (README, "Settings for tests")
         }
         let level = Logger.Level(rawValue: daemonConfig.logLevel) ?? .info
+        let toJournal = JournalStream.isConnected(environment: environment.variables)
         LoggingSystem.bootstrap { label in
-            var handler = EscapingLogHandler(StreamLogHandler.standardError(label: label))
+            let inner: any LogHandler = toJournal ? JournalLogHandler(label: label) : StreamLogHandler.standardError(label: label)
+            var handler = EscapingLogHandler(inner)
             handler.logLevel = level
             return handler
         }
         let logger = Logger(label: "keychaind")
+        // A socket the service manager handed over is served in place of any configured path.
+        let handed: UnixSocket?
+        do {
+            handed = try SocketActivation.listener(environment: environment.variables)
+        } catch {
+            logger.critical("cannot start: \(error)")
+            throw ExitCode(Self.configurationExitStatus)
+        }
+        SocketActivation.forgetVariables()
+        if let handed {
+            server.socketPath = SocketActivation.boundPath(of: handed) ?? "the socket from the service manager"
+        }
+        if let credential = server.store.deviceKeyCredential {
+            logger.info("device key from the credential \(credential)")
+        }
         try DaemonProcess.harden()
         // Before any thread starts, so that every thread inherits the blocked signals.
         var signals = SignalEvents()
         var observers: [any ReadinessObserver] = []
-        if let notification = ServiceNotification(environment: ProcessInfo.processInfo.environment) {
+        if let notification = ServiceNotification(environment: environment.variables) {
             observers.append(notification)
         }
-        let lifecycle = DaemonLifecycle(configPath: config, loadConfig: Self.load, observers: observers, logger: logger)
+        let lifecycle = DaemonLifecycle(configPath: loadedPath, loadConfig: Self.load, observers: observers, logger: logger)
         let daemon: KeychainServer
         do {
-            if socket == nil && daemonConfig.socketPath == nil {
+            if handed == nil && socket == nil && daemonConfig.socketPath == nil {
                 try DaemonProcess.prepareSocketDirectory(for: server.socketPath)
             }
-            daemon = try KeychainServer(configuration: server, logger: logger)
+            daemon = try KeychainServer(configuration: server, listener: handed, logger: logger)
         } catch {
             logger.critical("cannot start: \(error)")
             throw ExitCode.failure
