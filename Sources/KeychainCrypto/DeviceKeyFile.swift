@@ -28,7 +28,38 @@ public enum DeviceKeyFile {
         return key
     }
 
-    static func load(path: String) throws(KeychainError) -> SecureKey? {
+    /// Loads the key systemd placed in the service's credentials directory. systemd makes that
+    /// file read-only and, for a service running as another user, owned by root with an ACL
+    /// that lets the service's user read it, which stat shows as group-readable (the ACL's
+    /// mask): so the check here is that no one may write it and others may not read it, the
+    /// rest being the credentials directory's (only systemd sets $CREDENTIALS_DIRECTORY).
+    public static func loadCredential(path: String) throws(KeychainError) -> SecureKey {
+        guard let key = try load(path: path, check: checkCredential) else {
+            throw KeychainError(.decode, "the device key credential \(path) is missing")
+        }
+        return key
+    }
+
+    static func checkCredential(_ path: String, _ st: stat) throws(KeychainError) {
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            throw KeychainError(.notAvailable, "the device key credential \(path) is not a regular file")
+        }
+        guard st.st_uid == 0 || st.st_uid == geteuid() else {
+            throw KeychainError(.notAvailable, "the device key credential \(path) belongs to uid \(st.st_uid), neither root nor keychaind's uid \(geteuid())")
+        }
+        guard st.st_mode & 0o022 == 0, st.st_mode & 0o007 == 0 else {
+            throw KeychainError(.notAvailable, "the device key credential \(path) is writable by others or readable by anyone (mode \(String(st.st_mode & 0o777, radix: 8))); systemd writes credentials read-only for the service alone")
+        }
+    }
+
+    /// The plain file: ours alone (0600 or 0400).
+    static func checkPlainFile(_ path: String, _ st: stat) throws(KeychainError) {
+        guard st.st_mode & 0o077 == 0 else {
+            throw KeychainError(.notAvailable, "\(path) is readable by other users (mode \(String(st.st_mode & 0o777, radix: 8))); run chmod 600 on it")
+        }
+    }
+
+    static func load(path: String, check: (String, stat) throws(KeychainError) -> Void = checkPlainFile) throws(KeychainError) -> SecureKey? {
         let fd: Int32
         do {
             fd = try SystemCall.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
@@ -39,9 +70,7 @@ public enum DeviceKeyFile {
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw KeychainError(.io, "cannot stat \(path)") }
-        guard st.st_mode & 0o077 == 0 else {
-            throw KeychainError(.notAvailable, "\(path) is readable by other users (mode \(String(st.st_mode & 0o777, radix: 8))); run chmod 600 on it")
-        }
+        try check(path, st)
         guard st.st_size == SecureKey.byteCount else {
             throw KeychainError(.decode, "\(path) is \(st.st_size) bytes, not \(SecureKey.byteCount): it is not a device key")
         }

@@ -37,8 +37,7 @@ public final class ItemStore {
         // The database file before the key: an interrupted first start then never leaves a
         // key without a database, which could as well be a keychain whose database was lost.
         try StateDirectory.createPrivateFile(configuration.databasePath)
-        let deviceKey = firstStart ? try DeviceKeyFile.loadOrCreate(path: configuration.deviceKeyPath)
-                                   : try DeviceKeyFile.loadExisting(path: configuration.deviceKeyPath)
+        let deviceKey = try configuration.loadDeviceKey(firstStart: firstStart)
         let database: SQLiteDatabase
         do {
             database = try SQLiteDatabase(path: configuration.databasePath)

@@ -72,7 +72,7 @@ struct StateInventory {
         let plain = configuration.stateDeviceKeyPath
         guard Self.size(plain) != nil else { return }
         let stateKey = try DeviceKeyFile.loadExisting(path: plain)
-        let credentialKey = try DeviceKeyFile.loadExisting(path: credential)
+        let credentialKey = try DeviceKeyFile.loadCredential(path: credential)
         let same = stateKey.withUnsafeBytes { a in
             credentialKey.withUnsafeBytes { b in sodium_memcmp(a.baseAddress!, b.baseAddress!, SecureKey.byteCount) == 0 }
         }

@@ -26,6 +26,14 @@ public struct StoreConfiguration: Sendable {
     /// Where the device key is read from: the credential if there is one, else the state
     /// directory's file.
     public var deviceKeyPath: String { deviceKeyCredential ?? stateDeviceKeyPath }
+    /// The device key: the credential's, or the state directory's file, made on a first start
+    /// (only there: a credential is never written).
+    func loadDeviceKey(firstStart: Bool) throws(KeychainError) -> SecureKey {
+        if let deviceKeyCredential { return try DeviceKeyFile.loadCredential(path: deviceKeyCredential) }
+        return firstStart ? try DeviceKeyFile.loadOrCreate(path: stateDeviceKeyPath)
+                          : try DeviceKeyFile.loadExisting(path: stateDeviceKeyPath)
+    }
+
     /// The device key's place in the state directory.
     public var stateDeviceKeyPath: String { stateDirectory + "/" + DeviceKeyFile.fileName }
     public var generationRecordPath: String { stateDirectory + "/" + GenerationRecordFile.fileName }

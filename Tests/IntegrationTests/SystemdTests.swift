@@ -240,7 +240,9 @@ struct SystemdTests {
 
     /// What systemd does at the service's start with LoadCredentialEncrypted=: decrypts the
     /// credential into $CREDENTIALS_DIRECTORY, read-only for the service's user.
-    private func sealAndPlace(_ keyFile: String, in d: RunningDaemon) throws -> String {
+    /// `mode` 0440 is how a credential that systemd gave another user's service through an ACL
+    /// looks to stat (the ACL's mask in the group bits).
+    private func sealAndPlace(_ keyFile: String, in d: RunningDaemon, mode: mode_t = 0o400) throws -> String {
         let sealed = d.root + "/device.key.cred", credentials = d.root + "/credentials"
         try FileManager.default.createDirectory(atPath: credentials, withIntermediateDirectories: false)
         let encrypt = try runExecutable("/usr/bin/systemd-creds", ["encrypt", "--with-key=host", "--name=device.key", keyFile, sealed],
@@ -249,7 +251,7 @@ struct SystemdTests {
         let decrypt = try runExecutable("/usr/bin/systemd-creds", ["decrypt", "--name=device.key", sealed, credentials + "/device.key"],
                                         environment: ProcessInfo.processInfo.environment, input: [])
         try #require(decrypt.status == 0, "systemd-creds decrypt: \(decrypt.stderr)")
-        chmod(credentials + "/device.key", 0o400)
+        chmod(credentials + "/device.key", mode)
         return credentials
     }
 
@@ -284,7 +286,7 @@ struct SystemdTests {
         let d = try RunningDaemon(start: false)
         let key = d.root + "/new.key"
         FileManager.default.createFile(atPath: key, contents: Data((0..<32).map { UInt8(255 - $0) }), attributes: [.posixPermissions: 0o600])
-        let credentials = try sealAndPlace(key, in: d)
+        let credentials = try sealAndPlace(key, in: d, mode: 0o440)
         let p = try launch(d, ["--state-dir", d.stateDirectory, "--socket", d.socketPath, "--config", d.configPath],
                            environment: ["CREDENTIALS_DIRECTORY": credentials])
         try waitForSocket(d.socketPath, of: p)

@@ -104,4 +104,32 @@ import KeychainModel
             try DeviceKeyFile.loadOrCreate(path: dir.file("absent/device.key"))
         } == .io)
     }
+
+    // A systemd credential: read-only, and for a service running as another user root's with
+    // an ACL letting that user read it, which stat shows as mode 0440 (the ACL's mask).
+    @Test(arguments: [mode_t(0o400), 0o440])
+    func acceptsACredentialAsSystemdWritesIt(mode: mode_t) throws {
+        defer { dir.cleanup() }
+        dir.write(DeviceKeyFile.fileName, [UInt8](repeating: 9, count: 32), mode: mode)
+        #expect(try bytes(of: DeviceKeyFile.loadCredential(path: keyPath)) == [UInt8](repeating: 9, count: 32))
+    }
+
+    @Test(arguments: [mode_t(0o444), 0o404, 0o460, 0o402])
+    func refusesACredentialOthersMayReadOrAnyoneElseWrite(mode: mode_t) {
+        defer { dir.cleanup() }
+        dir.write(DeviceKeyFile.fileName, [UInt8](repeating: 9, count: 32), mode: mode)
+        #expect(thrownStatus { () throws(KeychainError) in _ = try DeviceKeyFile.loadCredential(path: keyPath) } == .notAvailable)
+    }
+
+    @Test func aCredentialOfTheWrongSizeIsRefused() {
+        defer { dir.cleanup() }
+        dir.write(DeviceKeyFile.fileName, [UInt8](repeating: 9, count: 31), mode: 0o400)
+        #expect(thrownStatus { () throws(KeychainError) in _ = try DeviceKeyFile.loadCredential(path: keyPath) } == .decode)
+    }
+
+    @Test func aMissingCredentialIsNeverCreated() {
+        defer { dir.cleanup() }
+        #expect(thrownStatus { () throws(KeychainError) in _ = try DeviceKeyFile.loadCredential(path: keyPath) } == .decode)
+        #expect(dir.entries().isEmpty)
+    }
 }
