@@ -163,6 +163,11 @@ public final class KeychainServer: LifecycleService, Sendable {
         state.withLock { $0.workersStarted }
     }
 
+    /// How many workers wait in accept (or are reserved to).
+    var waitingAcceptors: Int {
+        state.withLock { $0.acceptors }
+    }
+
     /// Counts workers about to be started as waiting in accept, so that no other worker
     /// starts one for the same gap.
     private func reserveWorkers(_ count: Int, in state: inout State) {
