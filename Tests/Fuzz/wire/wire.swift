@@ -1,0 +1,90 @@
+// libFuzzer target: the payload decoders of both directions (Sources/KeychainProtocol/
+// Messages.swift): requests, which the daemon decodes from any local user, and responses,
+// which a client decodes from whatever listens on its socket path. Each must give a value or
+// a KeychainError (errSecParam, errSecDecode, errSecUnimplemented), and a value that decodes
+// must encode to bytes that decode to it again. A request's dictionaries then go through the
+// SecItem grammar the store applies next (ItemQuery, ItemChanges).
+import KeychainModel
+import KeychainProtocol
+
+/// The statuses a malformed request may give: anything else would tell the caller something
+/// other than "your request is wrong".
+let requestStatuses: Set<KeychainStatus> = [.param, .unimplemented]
+
+/// Compared as bytes, not as values: a date may be NaN, which equals nothing, itself included.
+func bytes(_ s: SecretBytes) -> [UInt8] { s.withUnsafeBytes { Array($0) } }
+
+func checkRequest(_ payload: SecretBytes) {
+    let request: Request
+    do {
+        request = try WireCodec.decodeRequest(payload)
+    } catch {
+        precondition(requestStatuses.contains(error.status), "a request failed with \(error.status)")
+        return
+    }
+    let encoded = WireCodec.encode(request)
+    let again = try? WireCodec.decodeRequest(encoded)
+    precondition(again.map { bytes(WireCodec.encode($0)) } == bytes(encoded), "a request does not survive re-encoding")
+    switch request {
+    case .add(let d): _ = try? ItemQuery(d, for: .add)
+    case .copyMatching(let d): _ = try? ItemQuery(d, for: .copyMatching)
+    case .delete(let d): _ = try? ItemQuery(d, for: .delete)
+    case .update(let q, let c):
+        if let query = try? ItemQuery(q, for: .update) { _ = try? ItemChanges(c, for: query.itemClass) }
+    default: break
+    }
+}
+
+func checkResponse(_ payload: SecretBytes) {
+    guard let response = try? WireCodec.decodeResponse(payload) else { return }
+    let encoded = WireCodec.encode(response)
+    let again = try? WireCodec.decodeResponse(encoded)
+    precondition(again.map { bytes(WireCodec.encode($0)) } == bytes(encoded), "a response does not survive re-encoding")
+    _ = response.error
+}
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    let payload = SecretBytes(UnsafeBufferPointer(start: data, count: size))
+    checkRequest(payload)
+    checkResponse(payload)
+    return 0
+}
+
+@_cdecl("LLVMFuzzerInitialize")
+public func fuzzInitialize(_ argc: UnsafeMutableRawPointer?, _ argv: UnsafeMutableRawPointer?) -> CInt {
+    writeSeedsIfAsked {
+        let item: AttributeDictionary = [
+            "class": .string("genp"), "svce": .string("fuzz.example"), "acct": .string("alice"),
+            "v_Data": .data(Array("hunter2".utf8)), "pdmn": .string("ak"), "sync": .bool(false),
+        ]
+        let query: AttributeDictionary = [
+            "class": .string("inet"), "srvr": .string("example.com"), "port": .int(443),
+            "m_Limit": .string("m_LimitAll"), "r_Attributes": .bool(true), "mdat": .date(785_000_000.5),
+        ]
+        let requests: [(String, Request)] = [
+            ("add", .add(item)),
+            ("copy-matching", .copyMatching(query)),
+            ("update", .update(query: ["class": .string("genp"), "svce": .string("fuzz.example")],
+                               changes: ["v_Data": .data(Array("new".utf8)), "labl": .string("label")])),
+            ("delete", .delete(["class": .string("keys"), "kcls": .int(1)])),
+            ("status", .status),
+            ("lock", .lock),
+            ("unlock", .unlock(passcode: SecretBytes(Array("1234".utf8)))),
+            ("change-passcode", .changePasscode(old: SecretBytes(Array("1234".utf8)), new: SecretBytes(Array("5678".utf8)))),
+            ("backup-read", .backupRead(session: 7, offset: 1 << 19)),
+            ("restore-write", .restoreWrite(session: 7, offset: 0, bytes: Array("KCBACKUP".utf8))),
+            ("restore-commit", .restoreCommit(session: 7, password: SecretBytes(Array("pw".utf8)), onConflict: .replace)),
+        ]
+        let responses: [(String, Response)] = [
+            ("ok", Response()),
+            ("error", Response(error: KeychainError(.itemNotFound, "the item could not be found"))),
+            ("single", Response(result: .single(.data(Array("hunter2".utf8))))),
+            ("list-page", Response(result: .list([.attributes(query), .persistentRef(Array("genp".utf8) + [UInt8](repeating: 1, count: 16))]),
+                                   continues: true)),
+        ]
+        return requests.map { Seed("request-\($0.0)", bytes(WireCodec.encode($0.1))) }
+            + responses.map { Seed("response-\($0.0)", bytes(WireCodec.encode($0.1))) }
+    }
+    return 0
+}
