@@ -17,14 +17,14 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     do {
         dict = try AttributeCodec.decode(SecretBytes(input[1...]), failure: failure)
     } catch {
-        precondition(error.status == failure, "the codec failed with \(error.status), not \(failure)")
+        require(error.status == failure, "the codec failed with \(error.status), not \(failure)")
         return 0
     }
     // Keys are written sorted, so one dictionary has one encoding (compared as bytes: a date
     // may be NaN, which equals nothing).
     let encoded = AttributeCodec.encode(dict)
     let again = try? AttributeCodec.decode(encoded, failure: failure)
-    precondition(again.map { bytes(AttributeCodec.encode($0)) } == bytes(encoded), "a dictionary does not survive re-encoding")
+    require(again.map { bytes(AttributeCodec.encode($0)) } == bytes(encoded), "a dictionary does not survive re-encoding")
     for operation in [ItemOperation.add, .copyMatching, .update, .delete] {
         guard let query = try? ItemQuery(dict, for: operation) else { continue }
         if operation == .update { _ = try? ItemChanges(dict, for: query.itemClass) }

@@ -11,7 +11,7 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         config = try DaemonConfig.parse(text)
     } catch {
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false).count
-        precondition(error.line >= 1 && error.line <= lines, "a parse error names line \(error.line) of \(lines)")
+        require(error.line >= 1 && error.line <= lines, "a parse error names line \(error.line) of \(lines)")
         return 0
     }
     _ = config.serverConfiguration(stateDirectory: nil, socket: nil, source: "fuzz")

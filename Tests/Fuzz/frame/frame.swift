@@ -34,7 +34,7 @@ func expected(_ stream: ArraySlice<UInt8>) -> ([[UInt8]], Outcome) {
 /// A connected pair whose first end has sent `stream` and closed.
 func peerThatSent(_ stream: ArraySlice<UInt8>) -> UnixSocket {
     var fds: [Int32] = [0, 0]
-    precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+    require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0, "socketpair failed")
     let sender = UnixSocket(fd: fds[0])
     try! sender.writeAll(Array(stream))
     sender.close()
@@ -45,7 +45,7 @@ func outcome(_ failure: SocketFailure) -> Outcome {
     switch failure {
     case .badLength(let n): return .badLength(n)
     case .closed: return .closedMidFrame
-    default: preconditionFailure("unexpected socket failure \(failure)")
+    default: fatalError("unexpected socket failure \(failure)")
     }
 }
 
@@ -74,14 +74,14 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let reader = FrameReader(buffered, capacity: capacity, maxPayload: maxPayload)
     let got = readAll { () throws(SocketFailure) in try reader.next(idleTimeoutMs: 1000, frameTimeoutMs: 1000) }
     buffered.close()
-    precondition(got.0 == want.0 && got.1 == want.1, "FrameReader disagrees with the stream: \(got.1) vs \(want.1)")
+    require(got.0 == want.0 && got.1 == want.1, "FrameReader disagrees with the stream: \(got.1) vs \(want.1)")
 
     let unbuffered = peerThatSent(stream)
     let oneShot = readAll { () throws(SocketFailure) in
         try Frame.read(from: unbuffered, idleTimeoutMs: 1000, frameTimeoutMs: 1000, maxPayload: maxPayload)
     }
     unbuffered.close()
-    precondition(oneShot.0 == want.0 && oneShot.1 == want.1, "Frame.read disagrees with the stream: \(oneShot.1) vs \(want.1)")
+    require(oneShot.0 == want.0 && oneShot.1 == want.1, "Frame.read disagrees with the stream: \(oneShot.1) vs \(want.1)")
     return 0
 }
 

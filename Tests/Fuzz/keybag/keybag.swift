@@ -18,7 +18,7 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     guard let record = try? KeybagRecord(decoding: bytes) else { return 0 }
     // What the store writes back must read as the same record.
     let again = try? KeybagRecord(decoding: record.encoded())
-    precondition(again == record, "a keybag record does not survive re-encoding")
+    require(again == record, "a keybag record does not survive re-encoding")
     _ = try? Keybag(deviceKey: deviceKey, record: record)
     return 0
 }

@@ -19,12 +19,12 @@ func checkRequest(_ payload: SecretBytes) {
     do {
         request = try WireCodec.decodeRequest(payload)
     } catch {
-        precondition(requestStatuses.contains(error.status), "a request failed with \(error.status)")
+        require(requestStatuses.contains(error.status), "a request failed with \(error.status)")
         return
     }
     let encoded = WireCodec.encode(request)
     let again = try? WireCodec.decodeRequest(encoded)
-    precondition(again.map { bytes(WireCodec.encode($0)) } == bytes(encoded), "a request does not survive re-encoding")
+    require(again.map { bytes(WireCodec.encode($0)) } == bytes(encoded), "a request does not survive re-encoding")
     switch request {
     case .add(let d): _ = try? ItemQuery(d, for: .add)
     case .copyMatching(let d): _ = try? ItemQuery(d, for: .copyMatching)
@@ -39,7 +39,7 @@ func checkResponse(_ payload: SecretBytes) {
     guard let response = try? WireCodec.decodeResponse(payload) else { return }
     let encoded = WireCodec.encode(response)
     let again = try? WireCodec.decodeResponse(encoded)
-    precondition(again.map { bytes(WireCodec.encode($0)) } == bytes(encoded), "a response does not survive re-encoding")
+    require(again.map { bytes(WireCodec.encode($0)) } == bytes(encoded), "a response does not survive re-encoding")
     _ = response.error
 }
 

@@ -1,4 +1,4 @@
-// Shared by every fuzz target: how a target writes its seed corpus.
+// Shared by every fuzz target: how a target writes its seed corpus, and how it fails a check.
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -37,4 +37,10 @@ func writeSeedsIfAsked(_ seeds: () -> [Seed]) {
         }
     }
     exit(0)
+}
+
+/// Stops the target with `message` when a property it checks does not hold: precondition
+/// drops its message in the -O builds the targets are, fatalError keeps it.
+func require(_ condition: Bool, _ message: @autoclosure () -> String) {
+    if !condition { fatalError(message()) }
 }
