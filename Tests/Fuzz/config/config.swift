@@ -10,7 +10,8 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     do {
         config = try DaemonConfig.parse(text)
     } catch {
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).count
+        // Counted in bytes: "\r\n" is one Character, which a split on "\n" would not cut.
+        let lines = text.utf8.reduce(1) { $1 == 0x0A ? $0 + 1 : $0 }
         require(error.line >= 1 && error.line <= lines, "a parse error names line \(error.line) of \(lines)")
         return 0
     }
