@@ -1,7 +1,34 @@
 # The two commands of README.md: `make run` and `make test`. Both install what they need.
 SWIFT ?= swift
 
-.PHONY: deps build run test fuzz bench clean
+.PHONY: deps build run test bench clean man install uninstall deb
+
+# Where `make install` puts things; DESTDIR stages them (packaging). With PREFIX=/usr, the
+# config goes to /etc and units to /usr/lib/systemd; under /usr/local, systemd also looks in
+# /usr/local/lib/systemd, and the config goes to /usr/local/etc.
+PREFIX ?= /usr/local
+DESTDIR ?=
+CONFIGURATION ?= release
+BINDIR = $(PREFIX)/bin
+LIBEXECDIR = $(PREFIX)/lib/keychaind
+MANDIR = $(PREFIX)/share/man
+DOCDIR = $(PREFIX)/share/doc/keychaind
+UNITDIR = $(PREFIX)/lib/systemd/system
+USERUNITDIR = $(PREFIX)/lib/systemd/user
+ifeq ($(PREFIX),/usr)
+SYSCONFDIR ?= /etc
+else
+SYSCONFDIR ?= $(PREFIX)/etc
+endif
+BASHCOMPDIR = $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR = $(PREFIX)/share/zsh/vendor-completions
+FISHCOMPDIR = $(PREFIX)/share/fish/vendor_completions.d
+PRODUCTS = keychaind keychain git-credential-keychain
+# The Swift runtime is linked in, so the executables run where no Swift toolchain is.
+SWIFT_BUILD_FLAGS = -c $(CONFIGURATION) --static-swift-stdlib
+BUILT = .build/$(CONFIGURATION)
+GENERATED = .build/generated
+MANPAGES = $(patsubst man/%.scd,$(GENERATED)/man/%,$(wildcard man/*.scd))
 
 deps:
 	@scripts/install-deps
@@ -36,3 +63,48 @@ bench: deps
 
 clean:
 	rm -rf .build
+
+# Man pages from their scdoc sources (scripts/install-deps installs scdoc).
+man: $(MANPAGES)
+$(GENERATED)/man/%: man/%.scd
+	@mkdir -p $(dir $@)
+	scdoc < $< > $@
+
+# Paths in the units and the config's comments follow PREFIX and SYSCONFDIR.
+SUBSTITUTE = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@LIBEXECDIR@|$(LIBEXECDIR)|g' \
+	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g'
+
+install: deps man
+	$(SWIFT) build $(SWIFT_BUILD_FLAGS) $(addprefix --product ,$(PRODUCTS))
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/keychaind $(DESTDIR)$(DOCDIR) $(DESTDIR)$(BASHCOMPDIR) \
+		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	install -m 0755 $(addprefix $(BUILT)/,$(PRODUCTS)) $(DESTDIR)$(BINDIR)/
+	install -m 0755 Config/keychaind-logind-hook $(DESTDIR)$(LIBEXECDIR)/
+	for unit in Config/systemd/system/*; do \
+		$(SUBSTITUTE) $$unit > $(DESTDIR)$(UNITDIR)/$$(basename $$unit) && chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
+	for unit in Config/systemd/user/*; do \
+		$(SUBSTITUTE) $$unit > $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit) && chmod 0644 $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
+	[ -e $(DESTDIR)$(SYSCONFDIR)/keychaind/keychaind.toml ] || install -m 0644 Config/keychaind.toml $(DESTDIR)$(SYSCONFDIR)/keychaind/keychaind.toml
+	install -m 0644 Config/apps-example.toml README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	for page in $(MANPAGES); do \
+		section=$${page##*.}; install -d $(DESTDIR)$(MANDIR)/man$$section; \
+		install -m 0644 $$page $(DESTDIR)$(MANDIR)/man$$section/; done
+	$(BUILT)/keychain completion bash > $(DESTDIR)$(BASHCOMPDIR)/keychain
+	$(BUILT)/keychain completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_keychain
+	$(BUILT)/keychain completion fish > $(DESTDIR)$(FISHCOMPDIR)/keychain.fish
+
+# Removes what install put there, except the config file (it may hold local changes).
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PRODUCTS))
+	rm -rf $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(DOCDIR)
+	for unit in Config/systemd/system/*; do rm -f $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
+	for unit in Config/systemd/user/*; do rm -f $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
+	for page in $(notdir $(MANPAGES)); do rm -f $(DESTDIR)$(MANDIR)/man$${page##*.}/$$page; done
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/keychain $(DESTDIR)$(ZSHCOMPDIR)/_keychain $(DESTDIR)$(FISHCOMPDIR)/keychain.fish
+
+# A Debian package, checked by lintian (errors fail the build).
+deb:
+	scripts/install-deps lintian
+	scripts/make-deb
+	lintian --fail-on error keychaind_*_$$(dpkg --print-architecture).deb
