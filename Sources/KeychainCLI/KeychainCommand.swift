@@ -30,8 +30,17 @@ public enum KeychainCommand {
         }
         guard let name = args.first else { return usage("no command given", spec: nil) }
         switch name {
-        case "--help", "-h", "help":
+        case "--help", "-h":
             Output.line(overview)
+            return ExitStatus.success
+        case "help":
+            return help(Array(args.dropFirst()))
+        case "completion":
+            let rest = Array(args.dropFirst())
+            guard rest.count == 1, let script = ShellCompletion.script(for: rest[0]) else {
+                return usage("`keychain completion` needs one of: \(ShellCompletion.shells.joined(separator: ", "))", spec: nil)
+            }
+            Output.text(script)
             return ExitStatus.success
         case "--version":
             Output.line(KeychainVersion.current)
@@ -40,9 +49,14 @@ public enum KeychainCommand {
         }
         var path = [name]
         args = args.dropFirst()
-        if name == "passcode" {
-            guard let sub = args.first, ["set", "change", "remove"].contains(sub) else {
-                return usage("`keychain passcode` needs one of: set, change, remove", spec: nil)
+        let group = ShellCompletion.subcommands(of: name)
+        if !group.isEmpty {
+            if let sub = args.first, sub == "--help" || sub == "-h" {
+                Output.line(groupUsage(name, group))
+                return ExitStatus.success
+            }
+            guard let sub = args.first, group.contains(where: { $0.name == name + " " + sub }) else {
+                return usage("`keychain \(name)` needs one of: \(group.map { String($0.name.split(separator: " ")[1]) }.joined(separator: ", "))", spec: nil)
             }
             path.append(sub)
             args = args.dropFirst()
@@ -63,6 +77,40 @@ public enum KeychainCommand {
         }
     }
 
+    /// `keychain help [COMMAND [SUBCOMMAND]]`: the overview, or what `COMMAND --help` prints.
+    static func help(_ words: [String]) -> Int32 {
+        guard let first = words.first else {
+            Output.line(overview)
+            return ExitStatus.success
+        }
+        switch first {
+        case "help":
+            Output.line("Usage: keychain help [COMMAND]\n\nShow the commands, or one command's options.")
+            return ExitStatus.success
+        case "completion":
+            Output.line("Usage: keychain completion bash|zsh|fish\n\nPrint a completion script for the shell, made from the command table.")
+            return ExitStatus.success
+        default: break
+        }
+        let group = ShellCompletion.subcommands(of: first)
+        if !group.isEmpty && words.count == 1 {
+            Output.line(groupUsage(first, group))
+            return ExitStatus.success
+        }
+        guard let command = commands.first(where: { $0.spec.name == words.joined(separator: " ") }) else {
+            return usage("unknown command '\(words.joined(separator: " "))'", spec: nil)
+        }
+        Output.line(command.spec.usage)
+        return ExitStatus.success
+    }
+
+    static func groupUsage(_ name: String, _ group: [CommandSpec]) -> String {
+        var lines = ["Usage: keychain \(name) <\(group.map { String($0.name.split(separator: " ")[1]) }.joined(separator: "|"))> [options]", "", "Commands:"]
+        for spec in group { lines.append("  " + spec.name.padding(18) + spec.summary) }
+        lines += ["", "See `keychain \(name) COMMAND --help`."]
+        return lines.joined(separator: "\n")
+    }
+
     static func usage(_ message: String, spec: CommandSpec?) -> Int32 {
         Output.error("keychain: \(message)")
         Output.error(spec.map { "Usage: keychain \($0.name) [options]; see `keychain \($0.name) --help`" }
@@ -78,6 +126,8 @@ public enum KeychainCommand {
             "Commands:",
         ]
         for c in commands { lines.append("  " + c.spec.name.padding(18) + c.spec.summary) }
+        lines.append("  " + "help [COMMAND]".padding(18) + "Show the commands, or one command's options.")
+        lines.append("  " + "completion SHELL".padding(18) + "Print a completion script for bash, zsh or fish.")
         lines += ["", "Exit codes: 0 ok, 1 error, 2 not found, 3 duplicate, 4 locked, 5 access denied,",
                   "6 authentication failed, 7 keychaind unreachable, 64 usage (docs/cli.md)."]
         return lines.joined(separator: "\n")

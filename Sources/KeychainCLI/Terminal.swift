@@ -136,6 +136,7 @@ enum Output {
     }
 
     static func line(_ s: String) { stdout(Array((s + "\n").utf8)) }
+    static func text(_ s: String) { stdout(Array(s.utf8)) }
 
     /// A line held in wiped memory (JSON that may carry a secret).
     static func line(_ bytes: SecretBytes) {
