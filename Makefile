@@ -75,7 +75,7 @@ SUBSTITUTE = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@LIBEXECDIR@|$(LIBEXECDIR)|g'
 	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g'
 
 install: deps man
-	$(SWIFT) build $(SWIFT_BUILD_FLAGS) $(addprefix --product ,$(PRODUCTS))
+	for product in $(PRODUCTS); do $(SWIFT) build $(SWIFT_BUILD_FLAGS) --product $$product || exit 1; done
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/keychaind $(DESTDIR)$(DOCDIR) $(DESTDIR)$(BASHCOMPDIR) \
 		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
