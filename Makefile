@@ -3,23 +3,18 @@ SWIFT ?= swift
 
 .PHONY: deps build run test bench clean man install uninstall deb
 
-# Where `make install` puts things; DESTDIR stages them (packaging). With PREFIX=/usr, the
-# config goes to /etc and units to /usr/lib/systemd; under /usr/local, systemd also looks in
-# /usr/local/lib/systemd, and the config goes to /usr/local/etc.
+# Where `make install` puts things; DESTDIR stages them (packaging). Units go to
+# PREFIX/lib/systemd (systemd reads /usr/local/lib/systemd too); the config goes to
+# /etc/keychaind whatever the prefix, because that is where keychaind and its unit look.
 PREFIX ?= /usr/local
 DESTDIR ?=
 CONFIGURATION ?= release
 BINDIR = $(PREFIX)/bin
-LIBEXECDIR = $(PREFIX)/lib/keychaind
 MANDIR = $(PREFIX)/share/man
 DOCDIR = $(PREFIX)/share/doc/keychaind
 UNITDIR = $(PREFIX)/lib/systemd/system
 USERUNITDIR = $(PREFIX)/lib/systemd/user
-ifeq ($(PREFIX),/usr)
 SYSCONFDIR ?= /etc
-else
-SYSCONFDIR ?= $(PREFIX)/etc
-endif
 BASHCOMPDIR = $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR = $(PREFIX)/share/zsh/vendor-completions
 FISHCOMPDIR = $(PREFIX)/share/fish/vendor_completions.d
@@ -51,12 +46,7 @@ test: deps
 	KEYCHAIND_INSECURE_FAST_KDF=1 $(SWIFT) test
 	scripts/test-python
 	scripts/check-consumer
-	scripts/fuzz --smoke
-
-# Each libFuzzer target of Tests/Fuzz for FUZZ_SECONDS (default 60); docs/security.md, "Fuzzing".
-FUZZ_SECONDS ?= 60
-fuzz: deps
-	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz
+	scripts/check-install
 
 bench: deps
 	$(SWIFT) run -c release keychain-bench
@@ -71,16 +61,15 @@ $(GENERATED)/man/%: man/%.scd
 	scdoc < $< > $@
 
 # Paths in the units and the config's comments follow PREFIX and SYSCONFDIR.
-SUBSTITUTE = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@LIBEXECDIR@|$(LIBEXECDIR)|g' \
+SUBSTITUTE = sed -e 's|@BINDIR@|$(BINDIR)|g' \
 	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g'
 
 install: deps man
 	for product in $(PRODUCTS); do $(SWIFT) build $(SWIFT_BUILD_FLAGS) --product $$product || exit 1; done
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) \
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/keychaind $(DESTDIR)$(DOCDIR) $(DESTDIR)$(BASHCOMPDIR) \
 		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0755 $(addprefix $(BUILT)/,$(PRODUCTS)) $(DESTDIR)$(BINDIR)/
-	install -m 0755 Config/keychaind-logind-hook $(DESTDIR)$(LIBEXECDIR)/
 	for unit in Config/systemd/system/*; do \
 		$(SUBSTITUTE) $$unit > $(DESTDIR)$(UNITDIR)/$$(basename $$unit) && chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
 	for unit in Config/systemd/user/*; do \
@@ -97,7 +86,7 @@ install: deps man
 # Removes what install put there, except the config file (it may hold local changes).
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PRODUCTS))
-	rm -rf $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(DOCDIR)
+	rm -rf $(DESTDIR)$(DOCDIR)
 	for unit in Config/systemd/system/*; do rm -f $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
 	for unit in Config/systemd/user/*; do rm -f $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
 	for page in $(notdir $(MANPAGES)); do rm -f $(DESTDIR)$(MANDIR)/man$${page##*.}/$$page; done
