@@ -1,7 +1,7 @@
 # The two commands of README.md: `make run` and `make test`. Both install what they need.
 SWIFT ?= swift
 
-.PHONY: deps build run test bench clean man install uninstall deb
+.PHONY: deps build run test bench clean man install uninstall deb check-package
 
 # Where `make install` puts things; DESTDIR stages them (packaging). Units go to
 # PREFIX/lib/systemd (systemd reads /usr/local/lib/systemd too); the config goes to
@@ -97,3 +97,10 @@ deb:
 	scripts/install-deps lintian
 	scripts/make-deb
 	lintian --fail-on error keychaind_*_$$(dpkg --print-architecture).deb
+
+# The package proved on clean Debian 12 roots (debootstrap): installed and run without a Swift
+# toolchain, then booted under systemd (nspawn) for socket activation, the service user, reload
+# and the exposure target. Needs root; not part of `make test` (a release build and two roots).
+check-package: deb
+	scripts/check-deb keychaind_*_$$(dpkg --print-architecture).deb
+	scripts/check-deb-boot keychaind_*_$$(dpkg --print-architecture).deb
