@@ -1,7 +1,7 @@
 # The two commands of README.md: `make run` and `make test`. Both install what they need.
 SWIFT ?= swift
 
-.PHONY: deps build run test bench clean man install uninstall deb check-package
+.PHONY: deps build run test fuzz bench clean man install uninstall deb check-package
 
 # Where `make install` puts things; DESTDIR stages them (packaging). Units go to
 # PREFIX/lib/systemd (systemd reads /usr/local/lib/systemd too); the config goes to
@@ -37,8 +37,9 @@ run: deps
 
 # The whole suite: the Swift tests, then the Python client's against the real daemon (in a
 # virtual environment .venv that scripts/test-python makes), then a package that depends on
-# keychaind by version and uses KeychainClient (scripts/check-consumer), then a short smoke of
-# each fuzz target (scripts/fuzz --smoke). KEYCHAIND_INSECURE_FAST_KDF=1
+# keychaind by version and uses KeychainClient (scripts/check-consumer), then what make install
+# lays out (scripts/check-install), then a short smoke of each fuzz target (scripts/fuzz
+# --smoke). KEYCHAIND_INSECURE_FAST_KDF=1
 # lowers Argon2id to libsodium's minimum for speed; never set it for a real daemon.
 # scripts/fetch-toml-test fetches toml-test's cases (once) for the TOML decoder's tests.
 test: deps
@@ -47,6 +48,12 @@ test: deps
 	scripts/test-python
 	scripts/check-consumer
 	scripts/check-install
+	scripts/fuzz --smoke
+
+# Each libFuzzer target of Tests/Fuzz for FUZZ_SECONDS (default 60); docs/security.md, "Fuzzing".
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz
 
 bench: deps
 	$(SWIFT) run -c release keychain-bench
