@@ -46,6 +46,7 @@ class Status:
     daemon's KeychainStatus, so that a caller can name any status it may see."""
     SUCCESS = 0
     UNIMPLEMENTED = -4
+    USER_CANCELED = -128  # the Swift client's cancelled async calls; the daemon never sends it
     IO = -36
     PARAM = -50
     ALLOCATE = -108
