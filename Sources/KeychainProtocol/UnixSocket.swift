@@ -93,16 +93,27 @@ public struct UnixSocket: Sendable {
     /// Waits for a connection; nil when the listening socket was shut down.
     public func accept() throws(SocketFailure) -> UnixSocket? {
         while true {
-            do {
-                let c = try SystemCall.retrying("accept") { Glibc.accept(fd, nil, nil) }
-                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
-                return UnixSocket(fd: c)
-            } catch {
-                switch error.errno {
-                case ECONNABORTED: continue  // the client gave up before we took it
-                case EINVAL, EBADF: return nil  // shut down
-                default: throw .system(error.call, error.errno)  // e.g. out of descriptors
-                }
+            switch try acceptOnce() {
+            case .connection(let socket): return socket
+            case .nothing: continue
+            case .closed: return nil
+            }
+        }
+    }
+
+    private enum Accepted { case connection(UnixSocket), nothing, closed }
+
+    /// One accept, on a blocking or non-blocking listener.
+    private func acceptOnce() throws(SocketFailure) -> Accepted {
+        do {
+            let c = try SystemCall.retrying("accept") { Glibc.accept(fd, nil, nil) }
+            _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+            return .connection(UnixSocket(fd: c))
+        } catch {
+            switch error.errno {
+            case EAGAIN, EWOULDBLOCK, ECONNABORTED: return .nothing  // another worker took it, or the client gave up
+            case EINVAL, EBADF: return .closed  // shut down
+            default: throw .system(error.call, error.errno)  // e.g. out of descriptors
             }
         }
     }
@@ -120,16 +131,10 @@ public struct UnixSocket: Sendable {
                 throw .system(error.call, error.errno)
             }
             if fds[1].revents != 0 { return nil }
-            do {
-                let c = try SystemCall.retrying("accept") { Glibc.accept(fd, nil, nil) }
-                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
-                return UnixSocket(fd: c)
-            } catch {
-                switch error.errno {
-                case EAGAIN, EWOULDBLOCK, ECONNABORTED: continue  // another worker took it, or the client gave up
-                case EINVAL, EBADF: return nil
-                default: throw .system(error.call, error.errno)  // e.g. out of descriptors
-                }
+            switch try acceptOnce() {
+            case .connection(let socket): return socket
+            case .nothing: continue
+            case .closed: return nil
             }
         }
     }
