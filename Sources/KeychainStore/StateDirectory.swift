@@ -99,6 +99,44 @@ enum StateDirectory {
 /// Who may change a file, judged from its lstat: the rules behind the state directory's checks.
 struct Trust {
     let uid: uid_t
+    /// Inside a user namespace that does not map root (systemd's PrivateUsers=, which a
+    /// user's service manager implies for its sandboxing), every file of a uid outside the
+    /// namespace, root's included, shows as the overflow uid: its true owner cannot be seen
+    /// from inside, and the service manager arranged those parents before entering it. Such
+    /// a parent is accepted (docs/security.md, "Whose state directory"); nil elsewhere.
+    let unmappedOwner: uid_t?
+
+    init(uid: uid_t, unmappedOwner: uid_t? = Trust.overflowUIDIfRootIsUnmapped()) {
+        self.uid = uid
+        self.unmappedOwner = unmappedOwner
+    }
+
+    /// The overflow uid when this process's user namespace maps no uid to root.
+    static func overflowUIDIfRootIsUnmapped() -> uid_t? {
+        guard let map = readSmallFile("/proc/self/uid_map"), !mapsRoot(uidMap: map) else { return nil }
+        guard let text = readSmallFile("/proc/sys/kernel/overflowuid"),
+              let overflow = uid_t(text.split(separator: "\n").first ?? "") else { return 65534 }
+        return overflow
+    }
+
+    /// Whether a /proc/PID/uid_map ("inside outside count" per line) covers uid 0 inside.
+    static func mapsRoot(uidMap: String) -> Bool {
+        for line in uidMap.split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true).compactMap { UInt64($0) }
+            if fields.count == 3 && fields[0] == 0 && fields[2] > 0 { return true }
+        }
+        return false
+    }
+
+    private static func readSmallFile(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = buffer.withUnsafeMutableBytes { (raw) -> Int in (try? SystemCall.readFully(fd, into: raw)) ?? -1 }
+        guard n >= 0 else { return nil }
+        return String(decoding: buffer[0..<n], as: UTF8.self)
+    }
 
     private static let groupOrOtherWrite: mode_t = 0o022
     private static let sticky: mode_t = 0o1000
@@ -135,7 +173,7 @@ struct Trust {
         guard type == S_IFDIR || type == S_IFLNK else {
             throw KeychainError(.notAvailable, "\(path), above the state directory \(stateDirectory), is not a directory")
         }
-        guard st.st_uid == 0 || st.st_uid == uid else {
+        guard st.st_uid == 0 || st.st_uid == uid || st.st_uid == unmappedOwner else {
             throw KeychainError(.notAvailable, "\(path), a parent of the state directory \(stateDirectory), belongs to \(Self.describe(st.st_uid)); it must be root's or \(Self.describe(uid))'s (keychaind's), or its owner could move the state directory away and put another in its place. Choose a state directory whose parents only root and \(Self.describe(uid)) can change.")
         }
         guard type == S_IFLNK || st.st_mode & Self.groupOrOtherWrite == 0 || st.st_mode & Self.sticky != 0 else {

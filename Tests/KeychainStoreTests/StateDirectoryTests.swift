@@ -161,3 +161,38 @@ struct StateDirectoryTests {
         #expect(error?.message.contains(s.path("open")) == true, "\(String(describing: error))")
     }
 }
+
+/// In a user's sandboxed service (systemd's PrivateUsers=), root's directories show as the
+/// overflow uid: the parents' checks accept that owner there, and only there.
+@Suite("Parents seen from a user namespace")
+struct UserNamespaceParentTests {
+    @Test func aUIDMapThatCoversZeroMapsRoot() {
+        #expect(Trust.mapsRoot(uidMap: "         0          0 4294967295\n"))
+        #expect(Trust.mapsRoot(uidMap: "         0       1000          1\n"))
+    }
+
+    @Test func aUIDMapOfTheUserAloneDoesNotMapRoot() {
+        #expect(!Trust.mapsRoot(uidMap: "      1000       1000          1\n"))
+        #expect(!Trust.mapsRoot(uidMap: ""))
+    }
+
+    @Test(.enabled(if: runsAsRoot))
+    func aParentOwnedByTheOverflowUIDIsAcceptedOnlyInsideSuchANamespace() throws {
+        var template = Array("/tmp/kc-userns.XXXXXX".utf8CString)
+        let dir = String(cString: try #require(mkdtemp(&template)))
+        defer { rmdir(dir) }
+        #expect(chmod(dir, 0o755) == 0 && chown(dir, 65534, 65534) == 0)
+        // This process's own namespace maps root: there 65534 is the nobody user, someone else.
+        let outside = Trust(uid: 1000, unmappedOwner: nil)
+        #expect(throws: KeychainError.self) { try outside.checkParent(dir, of: dir + "/state") }
+        let inside = Trust(uid: 1000, unmappedOwner: 65534)
+        #expect(throws: Never.self) { try inside.checkParent(dir, of: dir + "/state") }
+        // Write permission still counts: a group-writable parent stays refused.
+        #expect(chmod(dir, 0o775) == 0)
+        #expect(throws: KeychainError.self) { try inside.checkParent(dir, of: dir + "/state") }
+    }
+
+    @Test func thisTestProcessIsNotInSuchANamespace() {
+        #expect(Trust.overflowUIDIfRootIsUnmapped() == nil)
+    }
+}
