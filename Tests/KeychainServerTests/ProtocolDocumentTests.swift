@@ -162,3 +162,26 @@ struct ProtocolDocumentTests {
         bytes.map { String(format: "%02x", $0) }.joined(separator: " ")
     }
 }
+
+/// docs/protocol.md, section 4: a client written from the page can name every status it may
+/// see, so the table lists exactly the codes of KeychainStatus.
+@Suite("The status codes of docs/protocol.md")
+struct ProtocolStatusTableTests {
+    @Test func theTableListsEveryStatusAndNoOther() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../docs/protocol.md").standardized
+        let page = try String(contentsOf: path, encoding: .utf8)
+        let section = try #require(page.components(separatedBy: "## 4. Status codes").dropFirst().first)
+            .components(separatedBy: "\n## ")[0]
+        var documented: [Int32: String] = [:]
+        for line in section.split(separator: "\n") where line.hasPrefix("| ") {
+            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            if cells.count >= 2, let code = Int32(cells[0]) { documented[code] = cells[1] }
+        }
+        let statuses = Dictionary(uniqueKeysWithValues: KeychainStatus.allCases.map { ($0.rawValue, $0.name) })
+        #expect(Set(documented.keys) == Set(statuses.keys), "documented \(documented.keys.sorted()), KeychainStatus \(statuses.keys.sorted())")
+        for (code, name) in documented {
+            #expect(statuses[code] == nil || name == statuses[code], "\(code): the page says \(name), KeychainStatus \(statuses[code] ?? "")")
+        }
+    }
+}
