@@ -21,6 +21,9 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        // P-256 keys (issue 17) and X.509 certificates, requests and their DER.
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
     ],
     targets: [
         .systemLibrary(
@@ -40,7 +43,14 @@ let package = Package(
         .target(name: "KeychainModel"),
         // The config file's reader: TOML 1.0.0, pure Swift, no Foundation (the daemon links it).
         .target(name: "TOML"),
-        .target(name: "KeychainCrypto", dependencies: ["CSodium", "KeychainModel"]),
+        .target(
+            name: "KeychainCrypto",
+            dependencies: [
+                "CSodium", "KeychainModel",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+            ]
+        ),
         .target(name: "KeychainStorage", dependencies: ["CSQLite", "KeychainModel"]),
         .target(
             name: "KeychainStore",
