@@ -237,7 +237,8 @@ public final class KeychainConnection: Sendable {
     /// true for reads; writes are retried only when the failure came before sending.
     static func isSafeToRepeat(_ request: Request) -> Bool {
         switch request {
-        case .copyMatching, .status, .lock: true
+        case .copyMatching, .status, .lock, .attributeSearch: true
+        case .asCaller(_, _, let inner): isSafeToRepeat(inner)
         default: false
         }
     }
@@ -246,7 +247,8 @@ public final class KeychainConnection: Sendable {
     /// durable commit (hundreds of microseconds), so watching for its answer would only burn CPU.
     static func isAnsweredAtOnce(_ request: Request) -> Bool {
         switch request {
-        case .copyMatching, .status: true
+        case .copyMatching, .status, .attributeSearch: true
+        case .asCaller(_, _, let inner): isAnsweredAtOnce(inner)
         default: false
         }
     }

@@ -98,6 +98,10 @@ public final class ClassSchema: Sendable {
         .init("acct", .blob, primaryKey: true),
         .init("svce", .blob, primaryKey: true),
         .init("gena", .blob),
+        // keychaind's own, for Secret Service items (docs/semantics.md): the item's attribute
+        // set in its canonical encoding (SecretServiceAttributes), and its content type.
+        .init("xsat", .data),
+        .init("xsct", .string),
     ] + passwordCommon)
 
     public static let internetPassword = ClassSchema(.internetPassword, [

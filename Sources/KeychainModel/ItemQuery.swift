@@ -238,6 +238,12 @@ public struct ItemQuery: Sendable, Equatable {
         case "sync":
             guard case .int(let n) = v else { throw .param("sync must be a boolean, a number or syna") }
             return .int(n == 0 ? 0 : 1)
+        case "xsat":
+            // Stored and indexed as given, so only the canonical encoding is accepted.
+            guard case .data(let d) = v else { throw .param("xsat must be data") }
+            _ = try SecretServiceAttributes(encoded: Array(d))
+        case "xsct":
+            guard case .string(let s) = v, s.utf8.count <= 255 else { throw .param("xsct (a content type) must be a string of at most 255 bytes") }
         default: break
         }
         let size: Int

@@ -23,6 +23,20 @@ public enum Request: Sendable, Equatable {
     case restoreWrite(session: UInt64, offset: UInt64, bytes: [UInt8])
     /// Opens the received file with `password` and restores it in one transaction.
     case restoreCommit(session: UInt64, password: SecretBytes, onConflict: ConflictPolicy)
+    /// `inner`, decided for another process (pid and start time, field 22 of /proc/PID/stat):
+    /// the Secret Service bridge speaking for its D-Bus caller. Only a configured bridge may
+    /// send it; `inner` is never itself an asCaller (docs/security.md).
+    indirect case asCaller(pid: Int32, startTime: UInt64, inner: Request)
+    /// Secret Service items of one collection (`svce` = "secret-service:" + collection) in the
+    /// caller's groups that hold all these pairs (`exact`: exactly this set). A list of
+    /// attribute dictionaries, locked items included (their attributes unread).
+    case attributeSearch(collection: String, exact: Bool, pairs: SecretServiceAttributes)
+    /// Adds a Secret Service item (or, with `replace`, rewrites the first one with the same
+    /// attribute set); answers its persistent reference and whether it replaced one.
+    case attributeAdd(AttributeDictionary, replace: Bool)
+    /// The portal's per-app secret (64 random bytes, made on first use), kept in the group
+    /// `portal.<appID>`. Only for the portal, inside asCaller.
+    case portalSecret(appID: String)
 
     /// The largest piece of a backup file moved in one call.
     public static let chunkBytes = 512 << 10
@@ -32,6 +46,7 @@ public enum Request: Sendable, Equatable {
         case add = 1, copyMatching = 2, update = 3, delete = 4, status = 5
         case lock = 6, unlock = 7, setPasscode = 8, changePasscode = 9, removePasscode = 10
         case backupBegin = 11, backupRead = 12, restoreBegin = 13, restoreWrite = 14, restoreCommit = 15
+        case asCaller = 16, attributeSearch = 17, attributeAdd = 18, portalSecret = 19
     }
 
     public var operation: Operation {
@@ -51,6 +66,10 @@ public enum Request: Sendable, Equatable {
         case .restoreBegin: .restoreBegin
         case .restoreWrite: .restoreWrite
         case .restoreCommit: .restoreCommit
+        case .asCaller: .asCaller
+        case .attributeSearch: .attributeSearch
+        case .attributeAdd: .attributeAdd
+        case .portalSecret: .portalSecret
         }
     }
 
@@ -59,14 +78,17 @@ public enum Request: Sendable, Equatable {
         switch self {
         case .lock, .unlock, .setPasscode, .changePasscode, .removePasscode,
              .backupBegin, .backupRead, .restoreBegin, .restoreWrite, .restoreCommit: true
+        case .asCaller(_, _, let inner): inner.isAdministrative
         default: false
         }
     }
 
-    /// Calls on items: a caller with no access groups can make none of them.
+    /// Calls on items: a caller with no access groups can make none of them. (The portal's
+    /// secret lives in a group of the app it is for, not of its caller.)
     public var needsAccessGroups: Bool {
         switch self {
-        case .add, .copyMatching, .update, .delete: true
+        case .add, .copyMatching, .update, .delete, .attributeSearch, .attributeAdd: true
+        case .asCaller(_, _, let inner): inner.needsAccessGroups
         default: false
         }
     }
@@ -74,7 +96,8 @@ public enum Request: Sendable, Equatable {
     /// Calls that write items, and so may share a group commit with others.
     public var writesItems: Bool {
         switch self {
-        case .add, .update, .delete: true
+        case .add, .update, .delete, .attributeAdd, .portalSecret: true
+        case .asCaller(_, _, let inner): inner.writesItems
         default: false
         }
     }
@@ -168,6 +191,19 @@ public enum WireCodec {
             w.u64(session)
             w.lengthPrefixed(password)
             w.lengthPrefixed(Array(onConflict.rawValue.utf8))
+        case .asCaller(let pid, let startTime, let inner):
+            w.u32(UInt32(bitPattern: pid))
+            w.u64(startTime)
+            encode(inner, into: &w)
+        case .attributeSearch(let collection, let exact, let pairs):
+            w.lengthPrefixed(collection.utf8)
+            w.u8(exact ? 1 : 0)
+            w.raw(pairs.encoded)
+        case .attributeAdd(let d, let replace):
+            AttributeCodec.encode(d, into: &w)
+            w.u8(replace ? 1 : 0)
+        case .portalSecret(let appID):
+            w.lengthPrefixed(appID.utf8)
         }
     }
 
@@ -175,6 +211,13 @@ public enum WireCodec {
     /// an operation this daemon does not know (the connection stays usable).
     public static func decodeRequest(_ payload: SecretBytes) throws(KeychainError) -> Request {
         var r = ByteReader(payload, failure: .param)
+        let request = try decodeRequest(from: &r, nested: false)
+        guard r.isAtEnd else { throw KeychainError(.param, "\(r.remaining) unexpected bytes after the request") }
+        return request
+    }
+
+    /// One request payload from `r`; `nested`: inside an asCaller, where another is errSecParam.
+    private static func decodeRequest(from r: inout ByteReader, nested: Bool) throws(KeychainError) -> Request {
         let v = try r.u8()
         guard v == version else { throw KeychainError(.param, "protocol version \(v) is not supported (this keychaind speaks \(version))") }
         let code = try r.u8()
@@ -213,8 +256,32 @@ public enum WireCodec {
                 throw KeychainError(.param, "on-conflict must be skip, replace or fail")
             }
             request = .restoreCommit(session: session, password: password, onConflict: policy)
+        case .asCaller:
+            guard !nested else { throw KeychainError(.param, "an asCaller request cannot carry another asCaller") }
+            let pid = Int32(bitPattern: try r.u32())
+            guard pid > 0 else { throw KeychainError(.param, "asCaller names pid \(pid)") }
+            let startTime = try r.u64()
+            request = .asCaller(pid: pid, startTime: startTime, inner: try decodeRequest(from: &r, nested: true))
+        case .attributeSearch:
+            guard let collection = String(validating: try r.lengthPrefixedArray(max: 64), as: UTF8.self),
+                  SecretServiceNames.isValidCollection(collection) else {
+                throw KeychainError(.param, "a collection name is 1 to 64 bytes of a-z, 0-9 and _")
+            }
+            let mode = try r.u8()
+            guard mode <= 1 else { throw KeychainError(.param, "attribute search mode \(mode) is neither 0 (has these pairs) nor 1 (exactly this set)") }
+            request = .attributeSearch(collection: collection, exact: mode == 1, pairs: try SecretServiceAttributes(from: &r))
+        case .attributeAdd:
+            let d = try AttributeCodec.decode(from: &r)
+            let replace = try r.u8()
+            guard replace <= 1 else { throw KeychainError(.param, "replace must be 0 or 1") }
+            request = .attributeAdd(d, replace: replace == 1)
+        case .portalSecret:
+            guard let appID = String(validating: try r.lengthPrefixedArray(max: 255), as: UTF8.self),
+                  SecretServiceNames.isValidAppID(appID) else {
+                throw KeychainError(.param, "an app id is 1 to 255 bytes of A-Z, a-z, 0-9, ., _ and -")
+            }
+            request = .portalSecret(appID: appID)
         }
-        guard r.isAtEnd else { throw KeychainError(.param, "\(r.remaining) unexpected bytes after the request") }
         return request
     }
 

@@ -30,7 +30,8 @@ final class AuditLog: Sendable {
 
     deinit { close(fd) }
 
-    func record(_ request: Request, caller: Caller, app: String, defaultGroup: String?, response: Response) {
+    func record(_ request: Request, caller: Caller, app: String, defaultGroup: String?, response: Response,
+                bridgePID: Int32? = nil) {
         var fields: [(String, String)] = [
             ("time", JSONText.quote(JSONText.iso8601(unix: DaemonClock.system.wall(), milliseconds: true))),
             ("uid", String(caller.uid)),
@@ -39,6 +40,10 @@ final class AuditLog: Sendable {
             ("op", JSONText.quote("\(request.operation)")),
             ("status", String(response.status)),
         ]
+        if let bridgePID {
+            fields.append(("via", JSONText.quote("secret-service")))
+            fields.append(("bridge_pid", String(bridgePID)))
+        }
         if let query = Self.query(of: request) {
             if case .string(let cls)? = query["class"] { fields.append(("class", JSONText.quote(cls))) }
             // The group the call named; else where an add goes, or "*" for all of the caller's.
@@ -74,8 +79,9 @@ final class AuditLog: Sendable {
 
     private static func query(of request: Request) -> AttributeDictionary? {
         switch request {
-        case .add(let d), .copyMatching(let d), .delete(let d): d
+        case .add(let d), .copyMatching(let d), .delete(let d), .attributeAdd(let d, _): d
         case .update(let q, _): q
+        case .asCaller(_, _, let inner): query(of: inner)
         default: nil
         }
     }

@@ -34,6 +34,10 @@ public struct DaemonConfig: Sendable, Equatable {
     public var auditLogPath: String?
     /// Whether audit lines carry service, account and server values.
     public var auditIncludeNames = false
+    /// Programs that may speak for their D-Bus callers (asCaller); nil: the built-in list.
+    public var bridgeExecutables: [String]?
+    /// Programs the bridge may fetch portal secrets for; nil: the built-in list.
+    public var portalExecutables: [String]?
 
     public init() {}
 
@@ -129,6 +133,10 @@ public struct DaemonConfig: Sendable, Equatable {
                 let list = try strings()
                 guard !list.isEmpty else { throw ParseError(line: n, message: "groups must list at least one access group") }
                 guard Set(list).count == list.count else { throw ParseError(line: n, message: "groups lists a group twice") }
+                // Each sandboxed app's portal secret lives in portal.<app id>, that app's alone.
+                if let reserved = list.first(where: { $0.hasPrefix(DaemonConfig.portalGroupPrefix) }) {
+                    throw ParseError(line: n, message: "group \(reserved) is reserved: groups named \(DaemonConfig.portalGroupPrefix)* hold the desktop portal's per-app secrets")
+                }
                 groups = list
             default:
                 throw ParseError(line: n, message: "unknown key \(key) in [[app]] (id, uids, users, executables, groups)")
@@ -154,6 +162,20 @@ public struct DaemonConfig: Sendable, Equatable {
                 throw ParseError(line: item.position.line, message: "\(key) must hold non-negative integers")
             }
             return UInt32(i)
+        }
+    }
+
+    /// The prefix of the access groups that hold portal secrets (reserved).
+    public static let portalGroupPrefix = "portal."
+
+    /// A list of absolute paths (an empty list is allowed: it turns the feature off).
+    static func paths(_ key: String, _ value: TOMLValue, line n: Int) throws(ParseError) -> [String] {
+        guard case .array(let items) = value.kind else { throw ParseError(line: n, message: "\(key) must be an array of absolute paths") }
+        return try items.map { (item) throws(ParseError) -> String in
+            guard case .string(let s) = item.kind, s.hasPrefix("/") else {
+                throw ParseError(line: item.position.line, message: "\(key) must hold absolute paths")
+            }
+            return s
         }
     }
 
@@ -197,6 +219,8 @@ public struct DaemonConfig: Sendable, Equatable {
                 throw ParseError(line: n, message: "unknown_callers must be \"refuse\" or \"private-group\"")
             }
             unknownCallers = policy
+        case "bridge_executables": bridgeExecutables = try Self.paths(key, value, line: n)
+        case "portal_executables": portalExecutables = try Self.paths(key, value, line: n)
         case "audit_log": auditLogPath = try string()
         case "audit_include_names":
             guard case .bool(let b) = value.kind else { throw ParseError(line: n, message: "audit_include_names must be true or false") }
@@ -217,7 +241,9 @@ public struct DaemonConfig: Sendable, Equatable {
     /// The access policy this config describes; `source` names the file in messages.
     public func accessPolicy(source: String) -> AccessPolicy {
         AccessPolicy(applications: applications.isEmpty ? nil : applications, unknownCallers: unknownCallers,
-                     adminUIDs: adminUIDs.map(Set.init) ?? [0, getuid()], source: source)
+                     adminUIDs: adminUIDs.map(Set.init) ?? [0, getuid()], source: source,
+                     bridgeExecutables: bridgeExecutables.map(Set.init) ?? AccessPolicy.defaultBridgeExecutables,
+                     portalExecutables: portalExecutables.map(Set.init) ?? AccessPolicy.defaultPortalExecutables)
     }
 
     /// The server configuration: flags win over this config (the file with the environment's

@@ -68,15 +68,31 @@ final class PeerProcess {
     /// The executable of `pid` now, read once (no descriptor kept).
     static func executable(pid: Int32) -> String? { readExecutable(in: AT_FDCWD, "/proc/\(pid)/exe") }
 
-    private static func readExecutable(in directory: Int32, _ path: String) -> String? {
+    static func readExecutable(in directory: Int32, _ path: String) -> String? {
+        if case .path(let exe) = readExecutableLink(in: directory, path) { return exe }
+        return nil
+    }
+
+    /// What /proc shows of a process's executable.
+    enum ExecutableLink: Equatable {
+        case path(String)
+        /// EACCES: the process is not dumpable, and this daemon may not look.
+        case hidden
+        /// The process has exited (or the link cannot be read for another reason).
+        case gone
+    }
+
+    func executableLink() -> ExecutableLink { Self.readExecutableLink(in: directory, "exe") }
+
+    private static func readExecutableLink(in directory: Int32, _ path: String) -> ExecutableLink {
         var buffer = [UInt8](repeating: 0, count: 4096)
         let n = buffer.withUnsafeMutableBufferPointer { b in
             b.withMemoryRebound(to: CChar.self) { readlinkat(directory, path, $0.baseAddress!, $0.count - 1) }
         }
-        guard n > 0 else { return nil }
+        guard n > 0 else { return n < 0 && errno == EACCES ? .hidden : .gone }
         var exe = String(decoding: buffer[0..<n], as: UTF8.self)
         if exe.hasSuffix(" (deleted)") { exe.removeLast(" (deleted)".count) }
-        return exe
+        return .path(exe)
     }
 
     /// Whether the process is still there and runs `executable`, as it did at connect.
@@ -128,15 +144,40 @@ public struct AccessPolicy: Sendable, Equatable {
     public var adminUIDs: Set<UInt32>
     /// Where the config came from, for error messages ("add it to ... in FILE").
     public var source: String
+    /// Programs that may send asCaller: the Secret Service bridge (bridge_executables).
+    public var bridgeExecutables: Set<String>
+    /// Programs for which the bridge may ask for a sandboxed app's portal secret: the
+    /// desktop portal (portal_executables).
+    public var portalExecutables: Set<String>
+
+    /// The built-in bridge_executables: the packaged bridge, and one beside this keychaind
+    /// (a build directory, or an install elsewhere than /usr).
+    public static let defaultBridgeExecutables: Set<String> = {
+        var paths: Set<String> = ["/usr/bin/keychain-secret-service"]
+        if let own = PeerProcess.readExecutable(in: AT_FDCWD, "/proc/self/exe"), let slash = own.lastIndex(of: "/") {
+            paths.insert(String(own[..<slash]) + "/keychain-secret-service")
+        }
+        return paths
+    }()
+    public static let defaultPortalExecutables: Set<String> = ["/usr/libexec/xdg-desktop-portal"]
 
     /// With no config: the daemon's own uid is an application, `owner`, with the private group
     /// `uid.<uid>`; other callers are refused; root and the daemon's uid are admins.
     public init(applications: [Application]? = nil, unknownCallers: UnknownCallers = .refuse,
-                adminUIDs: Set<UInt32> = [0, getuid()], source: String = "the built-in defaults") {
+                adminUIDs: Set<UInt32> = [0, getuid()], source: String = "the built-in defaults",
+                bridgeExecutables: Set<String> = AccessPolicy.defaultBridgeExecutables,
+                portalExecutables: Set<String> = AccessPolicy.defaultPortalExecutables) {
         self.applications = applications ?? [Application(id: "owner", uids: [getuid()], groups: ["uid.\(getuid())"])]
         self.unknownCallers = unknownCallers
         self.adminUIDs = adminUIDs
         self.source = source
+        self.bridgeExecutables = bridgeExecutables
+        self.portalExecutables = portalExecutables
+    }
+
+    /// Whether a connection from `executable` may speak for other processes.
+    public func isBridge(_ executable: String?) -> Bool {
+        executable.map(bridgeExecutables.contains) ?? false
     }
 
     /// The caller's application, if any.

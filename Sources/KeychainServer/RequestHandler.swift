@@ -207,6 +207,15 @@ final class RequestHandler {
             return Response(result: .single(.attributes(["session": .int(Int64(session))])))
         case .restoreWrite(let session, let offset, let bytes):
             try transfers.write(session, offset: offset, bytes: bytes)
+        case .attributeSearch(let collection, let exact, let pairs):
+            let rows = try store.attributeSearch(collection: collection, exact: exact, pairs: pairs, scope: scope)
+            return Response(result: .list(rows.map(ItemResult.attributes)))
+        case .attributeAdd(let dict, let replace):
+            return Response(result: .single(.attributes(try store.attributeAdd(dict, replace: replace, scope: scope))))
+        case .portalSecret(let appID):
+            return Response(result: .single(.data(try store.portalSecret(appID: appID))))
+        case .asCaller:
+            throw KeychainError(.internal, "asCaller reached the store: the server unwraps it")
         case .setPasscode, .changePasscode, .removePasscode, .backupBegin, .restoreCommit:
             throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
         }

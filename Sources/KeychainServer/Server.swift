@@ -241,7 +241,7 @@ public final class KeychainServer: LifecycleService, Sendable {
             if let refusal {
                 serveRefused(socket, caller, refusal)
             } else {
-                serve(socket, caller, process)
+                serve(socket, caller, process, bridge: bridgeLink(caller, process))
             }
             state.withLock { state in
                 state.connections[socket.fd] = nil
@@ -326,7 +326,54 @@ public final class KeychainServer: LifecycleService, Sendable {
         _ = try? SystemCall.retrying("write") { write(wake.write, &byte, 1) }
     }
 
-    private func serve(_ socket: UnixSocket, _ caller: Caller, _ process: PeerProcess?) {
+    /// For a connection from a configured bridge: what it needs to speak for other processes,
+    /// holding the bridge's process (nil for every other connection, or if the process is gone
+    /// or no longer runs what it ran a moment ago).
+    private func bridgeLink(_ caller: Caller, _ process: PeerProcess?) -> BridgeLink? {
+        guard let executable = caller.executable, executor.policy.isBridge(executable),
+              let held = process ?? PeerProcess(pid: caller.pid, uid: caller.uid),
+              held.executable() == executable else { return nil }
+        return BridgeLink(process: held, executable: executable)
+    }
+
+    /// What the connection's request becomes once an asCaller is unwrapped: the inner request
+    /// and the caller it is for, or the answer that refuses it.
+    private enum Delegation {
+        case run(Request, Caller, bridgePID: Int32)
+        case refused(Response, closing: Bool)
+    }
+
+    /// Checks an asCaller (docs/security.md, "Calls through the Secret Service bridge"): the
+    /// connection is a configured bridge still running what it connected with; the process it
+    /// names runs as the bridge's uid and is the one that started at `startTime`; a portal
+    /// call comes from a configured portal.
+    private func delegate(_ inner: Request, pid: Int32, startTime: UInt64, bridge: BridgeLink?,
+                          connection caller: Caller) -> Delegation {
+        let policy = executor.policy
+        guard let bridge, policy.isBridge(bridge.executable) else {
+            return .refused(Response(error: KeychainError(.missingEntitlement,
+                "asCaller is for the Secret Service bridge; \(caller.executable ?? "this program") is not in bridge_executables of \(policy.source)")), closing: false)
+        }
+        guard bridge.bridgeUnchanged() else {
+            logger.warning("closing the connection of \(caller): its process no longer runs \(bridge.executable)")
+            return .refused(Response(error: KeychainError(.missingEntitlement,
+                "the process that opened this connection no longer runs the bridge it connected with; connect again")), closing: true)
+        }
+        let portal: Bool
+        if case .portalSecret = inner { portal = true } else { portal = false }
+        do throws(KeychainError) {
+            let delegated = try bridge.caller(pid: pid, startTime: startTime, bridgeUID: caller.uid,
+                                              withExecutable: portal || policy.identifiesByExecutable)
+            if portal && !(delegated.executable.map(policy.portalExecutables.contains) ?? false) {
+                throw KeychainError(.missingEntitlement, "portal secrets are for the desktop portal; pid \(pid) (\(delegated.executable ?? "unknown executable")) is not in portal_executables of \(policy.source)")
+            }
+            return .run(inner, delegated, bridgePID: caller.pid)
+        } catch {
+            return .refused(Response(error: error), closing: false)
+        }
+    }
+
+    private func serve(_ socket: UnixSocket, _ caller: Caller, _ process: PeerProcess?, bridge: BridgeLink?) {
         let reader = FrameReader(socket, capacity: 16 << 10)
         var pace = ConnectionPace(connection: Int(socket.fd))
         while true {
@@ -348,7 +395,7 @@ public final class KeychainServer: LifecycleService, Sendable {
             }
             busyPoll.requestStarted(&pace, at: MonotonicClock.nanoseconds())
             defer { busyPoll.requestFinished(&pace, at: MonotonicClock.nanoseconds()) }
-            if executor.identifiesByExecutable, !(process?.stillRuns(caller.executable) ?? false) {
+            if executor.identifiesByExecutable, !(bridge?.bridgeUnchanged() ?? process?.stillRuns(caller.executable) ?? false) {
                 logger.warning("closing the connection of \(caller): its process no longer runs \(caller.executable ?? "the executable it connected with")")
                 try? socket.writeAll(WireCodec.frame(Response(error: KeychainError(
                     .missingEntitlement, "the process that opened this connection no longer runs the executable it connected with; connect again"))))
@@ -357,8 +404,26 @@ public final class KeychainServer: LifecycleService, Sendable {
             let response: Response
             do throws(KeychainError) {
                 let request = try WireCodec.decodeRequest(payload)
-                response = executor.submit(request, from: caller) { page in
-                    (try? socket.writeAll(WireCodec.frame(page))) != nil
+                let emit = { (page: Response) in (try? socket.writeAll(WireCodec.frame(page))) != nil }
+                switch request {
+                case .asCaller(let pid, let startTime, let inner):
+                    switch delegate(inner, pid: pid, startTime: startTime, bridge: bridge, connection: caller) {
+                    case .run(let inner, let delegated, let bridgePID):
+                        response = executor.submit(inner, from: delegated, bridgePID: bridgePID, emit: emit)
+                    case .refused(let refusal, let closing):
+                        executor.audit(refused: request, from: caller, response: refusal)
+                        logger.info("asCaller from \(caller) refused: \(refusal.message)")
+                        if closing {
+                            try? socket.writeAll(WireCodec.frame(refusal))
+                            return
+                        }
+                        response = refusal
+                    }
+                case .portalSecret:
+                    response = Response(error: KeychainError(.missingEntitlement, "portal secrets are given only to the desktop portal, through the Secret Service bridge (asCaller)"))
+                    executor.audit(refused: request, from: caller, response: response)
+                default:
+                    response = executor.submit(request, from: caller, emit: emit)
                 }
                 if response.status != 0 {
                     logger.debug("\(request.operation) from \(caller): \(response.status)")

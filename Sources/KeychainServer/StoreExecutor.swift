@@ -106,13 +106,19 @@ final class StoreExecutor: Sendable {
     /// Runs `request` against the store, records it in the audit log, and returns its response.
     /// A long list answer goes in pages: every page but the last is handed to `emit` (which
     /// sends it, and says false when the client is gone), the last is returned.
-    func submit(_ request: Request, from caller: Caller, emit: (Response) -> Bool = { _ in true }) -> Response {
+    /// `bridgePID`: the call came through the Secret Service bridge of that pid, for `caller`.
+    func submit(_ request: Request, from caller: Caller, bridgePID: Int32? = nil,
+                emit: (Response) -> Bool = { _ in true }) -> Response {
         let current = settings.withLock { $0 }
         let response = run(request, from: caller, policy: current.policy, reader: current.reader, emit: emit)
         current.audit?.record(request, caller: caller, app: current.policy.appID(for: caller),
-                              defaultGroup: current.policy.scope(for: caller).groups.first, response: response)
+                              defaultGroup: current.policy.scope(for: caller).groups.first, response: response,
+                              bridgePID: bridgePID)
         return response
     }
+
+    /// The access policy in force now.
+    var policy: AccessPolicy { settings.withLock { $0.policy } }
 
     /// Replaces the access policy and the audit log (a config reload); calls already running
     /// finish under the old ones.
@@ -138,6 +144,7 @@ final class StoreExecutor: Sendable {
         guard request.writesItems else {
             let response = locked { $0.handle(request, from: caller, policy: policy) }
             if request.isAdministrative { timerWake.signal() }
+            if case .attributeSearch = request { return Self.paged(response, emit: emit) }
             return response
         }
         let id = writes.withLock { queue in
@@ -250,6 +257,27 @@ final class StoreExecutor: Sendable {
         return Response(result: .list(pending))
     }
 
+    /// A list answer cut into frames of about `ItemStore.pageBytes`: every page but the last
+    /// goes to `emit`, the last is returned.
+    private static func paged(_ response: Response, emit: (Response) -> Bool) -> Response {
+        guard case .list(let items) = response.result else { return response }
+        var pending: [ItemResult] = []
+        var pendingBytes = 0
+        for item in items {
+            let size = WireCodec.encodedSize(item)
+            if !pending.isEmpty && pendingBytes + size > ItemStore.pageBytes {
+                guard emit(Response(result: .list(pending), continues: true)) else {
+                    return Response(error: KeychainError(.io, "the client left in the middle of a long answer"))
+                }
+                pending.removeAll(keepingCapacity: true)
+                pendingBytes = 0
+            }
+            pending.append(item)
+            pendingBytes += size
+        }
+        return Response(result: .list(pending))
+    }
+
     private func locked(_ body: (RequestHandler) -> Response) -> Response {
         store.withLock { store in
             guard let handler = store.handler else { return Self.stopping }
@@ -284,16 +312,18 @@ final class StoreExecutor: Sendable {
     }
 
     /// Records the one call a refused caller gets answered (denied calls are audited too).
-    func audit(refused request: Request, from caller: Caller, response: Response) {
+    func audit(refused request: Request, from caller: Caller, response: Response, bridgePID: Int32? = nil) {
         let current = settings.withLock { $0 }
-        current.audit?.record(request, caller: caller, app: current.policy.appID(for: caller), defaultGroup: nil, response: response)
+        current.audit?.record(request, caller: caller, app: current.policy.appID(for: caller), defaultGroup: nil,
+                              response: response, bridgePID: bridgePID)
     }
 
     /// Why the policy in force refuses `caller` outright (no access group, and not an admin),
     /// or nil when it may make some call.
     func refusal(for caller: Caller) -> String? {
         let policy = settings.withLock { $0.policy }
-        guard policy.scope(for: caller).groups.isEmpty, !policy.isAdmin(caller) else { return nil }
+        // A bridge's rights come with each call, from the process it speaks for.
+        guard policy.scope(for: caller).groups.isEmpty, !policy.isAdmin(caller), !policy.isBridge(caller.executable) else { return nil }
         return policy.refusal(for: caller)
     }
 }

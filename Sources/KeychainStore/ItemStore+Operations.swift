@@ -15,6 +15,15 @@ extension ItemStore {
         if query.returnRef && cls != .genericPassword && cls != .internetPassword {
             throw KeychainError(.unimplemented, "r_Ref: object references do not cross the socket; ask for r_Data or r_Attributes")
         }
+        let item = try insert(query, scope: scope)
+        return try result(for: [item], query: query, single: true)
+    }
+
+    /// Adds the item `query` describes, in the caller's group. `accountFromID`: its account
+    /// is the hex of its persistent id (a Secret Service item's, which keychaind names), so
+    /// that its primary key never clashes.
+    func insert(_ query: ItemQuery, scope: AccessScope, accountFromID: Bool = false) throws(KeychainError) -> StoredItem {
+        let cls = query.itemClass
         var attributes = query.attributes
         let agrp = try query.accessGroup.map { (g) throws(KeychainError) in try scope.groups(naming: g)[0] }
             ?? scope.defaultGroup
@@ -32,14 +41,14 @@ extension ItemStore {
         attributes["cdat"] = .date(stamp)
         attributes["mdat"] = .date(stamp)
         let data = query.data ?? .empty
-        var row = codec.seal(cls, attributes: attributes, data: data,
-                             persistentID: PersistentID.make(at: stamp), classKey: key)
+        let id = PersistentID.make(at: stamp)
+        if accountFromID { attributes["acct"] = .string(PersistentID.hex(id)) }
+        var row = codec.seal(cls, attributes: attributes, data: data, persistentID: id, classKey: key)
         row.rowid = try database.transaction { () throws(KeychainError) -> Int64 in
             try checkNoLegacyHolder(of: row, attributes: attributes)
             return try insertReplacingCorrupt(row)
         }
-        let item = StoredItem(row: row, attributes: attributes, data: data)
-        return try result(for: [item], query: query, single: true)
+        return StoredItem(row: row, attributes: attributes, data: data)
     }
 
     /// Inserts, or on a primary-key clash replaces the holder if it is an altered row.

@@ -23,6 +23,18 @@ enum PersistentID {
         id += Sodium.randomBytes(10)
         return id
     }
+
+    /// The id as lowercase hex: a Secret Service item's account and D-Bus path element.
+    static func hex(_ id: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(id.count * 2)
+        for byte in id {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
 }
 
 /// What turns attributes into rows and rows back into attributes: the keyed hashes, the

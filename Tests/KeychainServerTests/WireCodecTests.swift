@@ -16,7 +16,25 @@ struct WireCodecTests {
         .backupBegin(password: [8]), .backupRead(session: 3, offset: 1 << 33),
         .restoreBegin(size: 99), .restoreWrite(session: 1, offset: 0, bytes: [9, 9]),
         .restoreCommit(session: 2, password: SecretBytes([1]), onConflict: .skip),
+        .asCaller(pid: 4242, startTime: 1 << 40, inner: .copyMatching(["class": .string("genp")])),
+        .attributeSearch(collection: "login", exact: false, pairs: try! SecretServiceAttributes(["service": "s", "user": "u"])),
+        .attributeSearch(collection: "session_2", exact: true, pairs: try! SecretServiceAttributes([:])),
+        .attributeAdd(["class": .string("genp"), "xsat": .data([0, 0, 0, 0])], replace: true),
+        .portalSecret(appID: "org.example.App"),
     ]
+
+    @Test func anAsCallerInsideAnAsCallerIsRefused() {
+        let nested = Request.asCaller(pid: 1, startTime: 2, inner: .asCaller(pid: 3, startTime: 4, inner: .status))
+        #expect(throws: KeychainError(.param, "")) { try WireCodec.decodeRequest(WireCodec.encode(nested)) }
+    }
+
+    @Test func badCollectionNamesAndAppIDsAreRefused() {
+        for request in [Request.attributeSearch(collection: "Login", exact: false, pairs: try! SecretServiceAttributes([:])),
+                        .attributeSearch(collection: "", exact: false, pairs: try! SecretServiceAttributes([:])),
+                        .portalSecret(appID: "../x"), .portalSecret(appID: "")] {
+            #expect(throws: KeychainError(.param, "")) { try WireCodec.decodeRequest(WireCodec.encode(request)) }
+        }
+    }
 
     @Test(arguments: requests)
     func everyRequestRoundTrips(request: Request) throws {

@@ -1,0 +1,187 @@
+import KeychainCrypto
+import KeychainModel
+import KeychainStorage
+
+/// The calls of the Secret Service bridge (docs/semantics.md, "Secret Service items"): a
+/// Secret Service item is a genp item whose svce is "secret-service:<collection>", whose
+/// account keychaind sets to the hex of its persistent id, and whose D-Bus attributes are
+/// `xsat`.
+extension ItemStore {
+    static let secretServicePrefix = "secret-service:"
+    /// The keys attributeAdd takes; anything else is refused rather than silently stored.
+    private static let attributeAddKeys: Set<String> = ["class", "svce", "xsat", "labl", "xsct", "v_Data", "agrp", "pdmn"]
+
+    /// The Secret Service items of `collection` in the caller's groups holding every pair of
+    /// `pairs` (`exact`: exactly that set), as attribute dictionaries: v_PersistentRef, pdmn,
+    /// agrp, locked, cdat, mdat. Items of a locked class are listed unopened, marked locked.
+    /// Empty when nothing matches.
+    public func attributeSearch(collection: String, exact: Bool, pairs: SecretServiceAttributes,
+                                scope: AccessScope) throws(KeychainError) -> [AttributeDictionary] {
+        let filter = try collectionFilter(collection, groups: scope.groups)
+        var found: [AttributeDictionary] = []
+        var corrupt = 0
+        try table.forEach(filter) { (row) throws(KeychainError) -> Bool in
+            guard let pdmn = row.protection else {
+                corrupt += 1
+                return true
+            }
+            let locked = !isAvailable(pdmn)
+            if locked {
+                // Its attributes cannot be read: listed only when every item is asked for.
+                if pairs.isEmpty && !exact { found.append(Self.searchRow(row, locked: true)) }
+                return true
+            }
+            let item: StoredItem
+            do throws(KeychainError) {
+                item = try open(row)
+            } catch where error.status == .decode {
+                corrupt += 1
+                return true
+            }
+            let stored = try Self.secretServiceAttributes(of: item)
+            if exact ? stored == pairs : stored.contains(pairs) {
+                found.append(Self.searchRow(row, locked: false))
+            }
+            return true
+        }
+        if found.isEmpty && corrupt > 0 { throw Self.nothingFound(corrupt: corrupt) }
+        return found
+    }
+
+    /// Adds a Secret Service item, or with `replace` rewrites the caller's first item (lowest
+    /// rowid) of the same collection whose attribute set equals this one: new label, content
+    /// type, secret and mdat; its cdat, persistent id, group and class stay. Returns
+    /// v_PersistentRef and replaced.
+    public func attributeAdd(_ dict: AttributeDictionary, replace: Bool, scope: AccessScope) throws(KeychainError) -> AttributeDictionary {
+        if let key = dict.keys.first(where: { !Self.attributeAddKeys.contains($0) }) {
+            throw KeychainError(.param, "attributeAdd does not take \(key); it takes class, svce, xsat, labl, xsct, v_Data, agrp and pdmn")
+        }
+        guard dict["class"] == .string(ItemClass.genericPassword.rawValue) else {
+            throw KeychainError(.param, "a Secret Service item is of class genp")
+        }
+        let query = try ItemQuery(dict, for: .add)
+        guard case .string(let svce)? = query.attributes["svce"], svce.hasPrefix(Self.secretServicePrefix),
+              SecretServiceNames.isValidCollection(String(svce.dropFirst(Self.secretServicePrefix.count))) else {
+            throw KeychainError(.param, "svce must be \"secret-service:\" and a collection name (1 to 64 bytes of a-z, 0-9 and _)")
+        }
+        guard case .data(let xsat)? = query.attributes["xsat"] else {
+            throw KeychainError(.param, "a Secret Service item needs xsat, its attributes")
+        }
+        let pairs = try SecretServiceAttributes(encoded: Array(xsat))
+        return try database.transaction { () throws(KeychainError) -> AttributeDictionary in
+            if replace, let target = try firstItem(withExactly: pairs, svce: svce, groups: try scope.groups(naming: query.accessGroup)) {
+                try rewrite(target, with: query)
+                return Self.addResult(target.row, replaced: true)
+            }
+            let item = try insert(query, scope: scope, accountFromID: true)
+            return Self.addResult(item.row, replaced: false)
+        }
+    }
+
+    private static func addResult(_ row: ItemRow, replaced: Bool) -> AttributeDictionary {
+        ["v_PersistentRef": .data(PersistentRef(itemClass: row.itemClass, id: row.persistentID).bytes),
+         "replaced": .bool(replaced)]
+    }
+
+    /// The caller's first item of this collection (lowest rowid) whose set equals `pairs`;
+    /// errSecInteractionNotAllowed when it is of a locked class.
+    private func firstItem(withExactly pairs: SecretServiceAttributes, svce: String, groups: [String]) throws(KeychainError) -> StoredItem? {
+        var filter = RowFilter(itemClass: .genericPassword, accessGroups: groups)
+        filter.hashes = [("svce", codec.hash(ClassSchema.genericPassword.spec("svce")!, .string(svce)))]
+        var best: StoredItem?
+        var lockedSeen = false
+        try table.forEach(filter) { (row) throws(KeychainError) -> Bool in
+            guard let pdmn = row.protection, isAvailable(pdmn) else {
+                lockedSeen = true
+                return true
+            }
+            guard let item = try? open(row), row.rowid < best?.row.rowid ?? .max,
+                  (try? Self.secretServiceAttributes(of: item)) == pairs else { return true }
+            best = item
+            return true
+        }
+        if best == nil && lockedSeen {
+            throw KeychainError(.interactionNotAllowed, "the keychain is locked and this collection's items are unavailable until it is unlocked")
+        }
+        return best
+    }
+
+    /// Gives `item` the label, content type and secret of `query`, and a new mdat.
+    private func rewrite(_ item: StoredItem, with query: ItemQuery) throws(KeychainError) {
+        var attributes = item.attributes
+        attributes["labl"] = query.attributes["labl"] ?? .string("")
+        attributes["xsct"] = query.attributes["xsct"]
+        var mdat = now()
+        if case .date(let old)? = item.attributes["mdat"], mdat <= old { mdat = old + 0.001 }
+        attributes["mdat"] = .date(mdat)
+        guard let pdmn = item.row.protection else { throw KeychainError(.decode, "item has an unknown protection class: the row was altered") }
+        let row = codec.seal(item.itemClass, attributes: attributes, data: query.data ?? .empty,
+                             persistentID: item.row.persistentID, classKey: try classKey(pdmn), rowid: item.row.rowid)
+        try table.replace(row)
+    }
+
+    /// The rows of one collection in `groups`, by the svce column.
+    private func collectionFilter(_ collection: String, groups: [String]) throws(KeychainError) -> RowFilter {
+        guard SecretServiceNames.isValidCollection(collection) else {
+            throw KeychainError(.param, "a collection name is 1 to 64 bytes of a-z, 0-9 and _")
+        }
+        var filter = RowFilter(itemClass: .genericPassword, accessGroups: groups)
+        filter.hashes = [("svce", codec.hash(ClassSchema.genericPassword.spec("svce")!, .string(Self.secretServicePrefix + collection)))]
+        return filter
+    }
+
+    /// An item's attribute set; an item with no xsat has the empty set.
+    static func secretServiceAttributes(of item: StoredItem) throws(KeychainError) -> SecretServiceAttributes {
+        guard case .data(let xsat)? = item.attributes["xsat"] else { return try SecretServiceAttributes([:]) }
+        do {
+            return try SecretServiceAttributes(encoded: Array(xsat))
+        } catch {
+            throw KeychainError(.decode, "a Secret Service item's attributes cannot be decoded")
+        }
+    }
+
+    static func searchRow(_ row: ItemRow, locked: Bool) -> AttributeDictionary {
+        ["v_PersistentRef": .data(PersistentRef(itemClass: row.itemClass, id: row.persistentID).bytes),
+         "pdmn": .string(row.protection?.rawValue ?? ""), "agrp": .string(row.accessGroup),
+         "locked": .bool(locked), "cdat": .date(row.created), "mdat": .date(row.modified)]
+    }
+}
+
+extension ItemStore {
+    /// The access group of a sandboxed app's portal secret: that app's alone (the daemon's
+    /// config may not give a `portal.*` group to any application).
+    public static func portalGroup(appID: String) -> String { "portal." + appID }
+    static let portalService = "org.freedesktop.portal.Secret"
+    /// Length of a portal secret, as xdg-desktop-portal's other backends make it.
+    static let portalSecretBytes = 64
+
+    /// The portal secret of sandboxed app `appID` (RetrieveSecret): 64 random bytes made on
+    /// the first call and kept as a genp item (AfterFirstUnlock) in `portal.<appID>`, in one
+    /// transaction, so that two first calls at once cannot make two secrets.
+    public func portalSecret(appID: String) throws(KeychainError) -> SecretBytes {
+        guard SecretServiceNames.isValidAppID(appID) else {
+            throw KeychainError(.param, "an app id is 1 to 255 bytes of A-Z, a-z, 0-9, ., _ and -")
+        }
+        let scope = AccessScope(groups: [Self.portalGroup(appID: appID)])
+        let schema = ClassSchema.genericPassword
+        var filter = RowFilter(itemClass: .genericPassword, accessGroups: scope.groups)
+        filter.hashes = [("acct", codec.hash(schema.spec("acct")!, .string(appID))),
+                         ("svce", codec.hash(schema.spec("svce")!, .string(Self.portalService)))]
+        return try database.transaction { () throws(KeychainError) -> SecretBytes in
+            var existing: ItemRow?
+            try table.forEach(filter) { row in
+                existing = row
+                return false
+            }
+            if let existing { return try open(existing, withAttributes: false).data }
+            var query = ItemQuery(itemClass: .genericPassword, attributes: [
+                "svce": .string(Self.portalService), "acct": .string(appID),
+                "labl": .string("Secret Portal token for \(appID)"), "pdmn": .string(Protection.afterFirstUnlock.rawValue),
+            ])
+            var fresh = Sodium.randomBytes(Self.portalSecretBytes)
+            defer { Sodium.wipe(&fresh) }
+            query.data = SecretBytes(fresh)
+            return try insert(query, scope: scope).data
+        }
+    }
+}

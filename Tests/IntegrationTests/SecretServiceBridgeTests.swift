@@ -1,0 +1,313 @@
+import Foundation
+import KeychainClient
+import KeychainModel
+import KeychainProtocol
+import Testing
+
+/// keychaind's side of the Secret Service bridge (docs/security.md, "Calls through the Secret
+/// Service bridge"): this test process plays the bridge (its own executable is listed in
+/// bridge_executables) and speaks for processes it starts.
+@Suite("The Secret Service bridge speaks for its callers, and only for them", .serialized)
+struct SecretServiceBridgeTests {
+    /// This test process's executable: the fake bridge.
+    static let bridge: String = {
+        guard let p = realpath("/proc/self/exe", nil) else { return "" }
+        defer { free(p) }
+        return String(cString: p)
+    }()
+
+    static func realPath(_ path: String) -> String {
+        guard let p = realpath(path, nil) else { return path }
+        defer { free(p) }
+        return String(cString: p)
+    }
+
+    func daemon(_ extra: String = "", bridge: Bool = true) throws -> RunningDaemon {
+        try RunningDaemon(config: (bridge ? "bridge_executables = [\"\(Self.bridge)\"]\n" : "") + extra)
+    }
+
+    /// A process to speak for: `executable` sleeping (under `uid` if given), killed at the end.
+    final class Callee {
+        let process: Process
+        let identity: CallerIdentity
+
+        init(_ executable: String = "/usr/bin/sleep", asUser uid: UInt32? = nil) throws {
+            process = Process()
+            if let uid {
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+                process.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", executable, "30"]
+            } else {
+                process.executableURL = URL(fileURLWithPath: executable)
+                process.arguments = ["30"]
+            }
+            try process.run()
+            let pid = process.processIdentifier
+            // Wait for the exec (setpriv's, then sleep's) so that /proc shows the final program.
+            for _ in 0..<200 {
+                if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe"),
+                   !exe.hasSuffix("setpriv") { break }
+                usleep(5_000)
+            }
+            identity = CallerIdentity(pid: pid, startTime: try #require(SecretServiceBridgeTests.startTime(of: pid)))
+        }
+
+        func end() {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
+
+        deinit { end() }
+    }
+
+    /// Field 22 of /proc/PID/stat, read after the command name.
+    static func startTime(of pid: Int32) -> UInt64? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = text.lastIndex(of: ")") else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return fields.count > 19 ? UInt64(fields[19]) : nil
+    }
+
+    static let collection = "login"
+
+    func item(_ attributes: [String: String], secret: String, label: String = "an item") throws -> AttributeDictionary {
+        ["class": .string("genp"), "svce": .string("secret-service:\(Self.collection)"),
+         "xsat": .data(try SecretServiceAttributes(attributes).encoded), "labl": .string(label),
+         "xsct": .string("text/plain"), "v_Data": .data(bytes(secret)), "pdmn": .string("ck")]
+    }
+
+    func secret(_ keychain: DelegatedKeychain, _ ref: [UInt8]) throws -> [UInt8]? {
+        guard case .single(.data(let d)) = try keychain.copyMatching(["v_PersistentRef": .data(ref), "r_Data": .bool(true)]) else { return nil }
+        return Array(d)
+    }
+
+    // MARK: the calls
+
+    @Test func itemsAddedForACallerAreFoundByTheirAttributesAndAreKeychainItems() throws {
+        let d = try daemon()
+        let callee = try Callee()
+        let keychain = KeychainConnection(socketPath: d.socketPath).onBehalf(of: callee.identity)
+        let (ref, replaced) = try keychain.attributeAdd(try item(["service": "mail", "user": "alice"], secret: "pw1"), replace: false)
+        #expect(!replaced && ref.count == 20)
+        _ = try keychain.attributeAdd(try item(["service": "mail", "user": "bob"], secret: "pw2"), replace: false)
+        let found = try keychain.attributeSearch(collection: Self.collection, exact: false,
+                                                 pairs: try SecretServiceAttributes(["user": "alice"]))
+        #expect(found.map(\.persistentRef) == [ref])
+        #expect(found.first?.locked == false && found.first?.protection == "ck" && found.first?.accessGroup == "uid.0")
+        #expect(abs((found.first?.created ?? 0) - Date().timeIntervalSince1970) < 60)
+        #expect(try keychain.attributeSearch(collection: Self.collection, exact: false,
+                                             pairs: try SecretServiceAttributes(["service": "mail"])).count == 2)
+        #expect(try keychain.attributeSearch(collection: Self.collection, exact: true,
+                                             pairs: try SecretServiceAttributes(["service": "mail"])).isEmpty)
+        #expect(try keychain.attributeSearch(collection: "other", exact: false, pairs: try SecretServiceAttributes([:])).isEmpty)
+        #expect(try secret(keychain, ref) == bytes("pw1"))
+        // A keychain item like any other: the CLI lists it under its collection's service.
+        let list = try d.cli(["list"])
+        #expect(list.text.contains("secret-service:login"), "\(list.text)")
+    }
+
+    @Test func replaceRewritesTheItemWithTheSameAttributesAndKeepsItsIdentity() throws {
+        let d = try daemon()
+        let callee = try Callee()
+        let keychain = KeychainConnection(socketPath: d.socketPath).onBehalf(of: callee.identity)
+        let attributes = ["xdg:schema": "org.example.Password", "user": "alice"]
+        let first = try keychain.attributeAdd(try item(attributes, secret: "old", label: "first"), replace: true)
+        #expect(!first.replaced)
+        let created = try #require(try keychain.attributeSearch(collection: Self.collection, exact: true,
+                                                                pairs: try SecretServiceAttributes(attributes)).first)
+        let second = try keychain.attributeAdd(try item(attributes, secret: "new", label: "second"), replace: true)
+        #expect(second.replaced && second.persistentRef == first.persistentRef)
+        #expect(try secret(keychain, first.persistentRef) == bytes("new"))
+        let after = try #require(try keychain.attributeSearch(collection: Self.collection, exact: false,
+                                                              pairs: try SecretServiceAttributes(attributes)).first)
+        #expect(after.created == created.created && after.modified > created.modified)
+        // A superset is another set: replace adds.
+        let other = try keychain.attributeAdd(try item(attributes.merging(["extra": "1"]) { $1 }, secret: "x"), replace: true)
+        #expect(!other.replaced && other.persistentRef != first.persistentRef)
+    }
+
+    // MARK: who may send asCaller
+
+    @Test func aSenderNotInBridgeExecutablesIsRefused() throws {
+        let d = try daemon(bridge: false)
+        let callee = try Callee()
+        let keychain = KeychainConnection(socketPath: d.socketPath).onBehalf(of: callee.identity)
+        do {
+            _ = try keychain.status()
+            Issue.record("a program that is not a bridge spoke for another process")
+        } catch {
+            #expect(error.status == .missingEntitlement && error.message.contains("bridge_executables"), "\(error)")
+        }
+        // Its own calls still work.
+        #expect(try KeychainConnection(socketPath: d.socketPath).status()["groups"] == .string("uid.0"))
+    }
+
+    @Test func aCallerOfAnotherUidIsRefused() throws {
+        let d = try daemon()
+        let other = try MultiUserTests.user("kcapp-a")
+        let callee = try Callee(asUser: other)
+        let keychain = KeychainConnection(socketPath: d.socketPath).onBehalf(of: callee.identity)
+        expectStatus(.missingEntitlement) { _ = try keychain.status() }
+        do { _ = try keychain.status() } catch { #expect(error.message.contains("uid \(other)"), "\(error)") }
+    }
+
+    @Test func aCallerThatExitedIsRefused() throws {
+        let d = try daemon()
+        let callee = try Callee()
+        let keychain = KeychainConnection(socketPath: d.socketPath).onBehalf(of: callee.identity)
+        #expect(try keychain.status()["groups"] == .string("uid.0"))  // known to the bridge's cache now
+        callee.end()
+        do {
+            _ = try keychain.status()
+            Issue.record("a call was made for a process that has exited")
+        } catch {
+            #expect(error.status == .missingEntitlement && error.message.contains("has exited"), "\(error)")
+        }
+    }
+
+    /// A process that forked and exited, not yet waited for by its parent: /proc still shows
+    /// it, with its start time, as a zombie.
+    @Test func aCallerThatExitedButWasNotWaitedForIsRefused() throws {
+        let d = try daemon()
+        let parent = Process()
+        parent.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        parent.arguments = ["-c", "import os, time\npid = os.fork()\nif pid == 0: os._exit(0)\nprint(pid, flush=True)\ntime.sleep(30)"]
+        let out = Pipe()
+        parent.standardOutput = out
+        try parent.run()
+        defer { kill(parent.processIdentifier, SIGKILL); parent.waitUntilExit() }
+        let line = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+        let pid = try #require(Int32(line.trimmingCharacters(in: .whitespacesAndNewlines)))
+        usleep(50_000)
+        let identity = CallerIdentity(pid: pid, startTime: try #require(Self.startTime(of: pid)))
+        let keychain = KeychainConnection(socketPath: d.socketPath).onBehalf(of: identity)
+        do {
+            _ = try keychain.status()
+            Issue.record("a call was made for a process that has exited")
+        } catch {
+            #expect(error.status == .missingEntitlement && error.message.contains("has exited"), "\(error)")
+        }
+    }
+
+    @Test func aReusedPidIsCaughtByItsStartTime() throws {
+        let d = try daemon()
+        let callee = try Callee()
+        let wrong = CallerIdentity(pid: callee.identity.pid, startTime: callee.identity.startTime + 1)
+        let keychain = KeychainConnection(socketPath: d.socketPath).onBehalf(of: wrong)
+        do {
+            _ = try keychain.status()
+            Issue.record("a call was made for a process whose start time differs")
+        } catch {
+            #expect(error.status == .missingEntitlement && error.message.contains("start time"), "\(error)")
+        }
+    }
+
+    @Test func anAsCallerInsideAnAsCallerIsAParameterError() throws {
+        let d = try daemon()
+        let callee = try Callee()
+        let socket = try UnixSocket.connect(path: d.socketPath)
+        defer { socket.close() }
+        let inner = Request.asCaller(pid: callee.identity.pid, startTime: callee.identity.startTime, inner: .status)
+        try socket.writeAll(WireCodec.frame(.asCaller(pid: callee.identity.pid, startTime: callee.identity.startTime, inner: inner)))
+        let answer = try #require(try Frame.read(from: socket, idleTimeoutMs: 5_000, frameTimeoutMs: 5_000))
+        #expect(try WireCodec.decodeResponse(answer).status == KeychainStatus.param.rawValue)
+    }
+
+    // MARK: per-app confinement through the bridge
+
+    @Test func appsToldApartByExecutableGetTheirOwnGroupsAndCannotSeeEachOthersItems() throws {
+        let root = try Self.scratchDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let appA = try Self.copyOfSleep(root + "/app-a"), appB = try Self.copyOfSleep(root + "/app-b")
+        let d = try daemon("""
+            [[app]]
+            id = "a"
+            uids = [0]
+            executables = ["\(appA)"]
+            groups = ["a.group"]
+            [[app]]
+            id = "b"
+            uids = [0]
+            executables = ["\(appB)"]
+            groups = ["b.group"]
+            [[app]]
+            id = "bridge"
+            uids = [0]
+            executables = ["\(Self.bridge)"]
+            groups = ["bridge.own"]
+            """)
+        let a = try Callee(appA), b = try Callee(appB)
+        let connection = KeychainConnection(socketPath: d.socketPath)
+        let asA = connection.onBehalf(of: a.identity), asB = connection.onBehalf(of: b.identity)
+        #expect(try asA.status()["groups"] == .string("a.group"))
+        #expect(try asB.status()["groups"] == .string("b.group"))
+        let pairs = ["service": "db"]
+        let (ref, _) = try asA.attributeAdd(try item(pairs, secret: "A's"), replace: false)
+        #expect(try asA.attributeSearch(collection: Self.collection, exact: false, pairs: try SecretServiceAttributes(pairs)).map(\.accessGroup) == ["a.group"])
+        #expect(try asB.attributeSearch(collection: Self.collection, exact: false, pairs: try SecretServiceAttributes(pairs)).isEmpty)
+        expectStatus(.itemNotFound) { _ = try secret(asB, ref) }
+        // B's replace of the same attributes makes B's own item; A's stays.
+        #expect(try !asB.attributeAdd(try item(pairs, secret: "B's"), replace: true).replaced)
+        #expect(try secret(asA, ref) == bytes("A's"))
+        // The bridge's own calls get the bridge's own groups, not its callers'.
+        #expect(try connection.status()["groups"] == .string("bridge.own"))
+    }
+
+    // MARK: portal secrets
+
+    @Test func thePortalGetsOneSecretPerAppAndOnlyThePortal() throws {
+        let sleep = Self.realPath("/usr/bin/sleep")
+        let d = try daemon("portal_executables = [\"\(sleep)\"]")
+        let portal = try Callee(sleep)
+        let connection = KeychainConnection(socketPath: d.socketPath)
+        let asPortal = connection.onBehalf(of: portal.identity)
+        let first = try asPortal.portalSecret(appID: "org.example.App")
+        #expect(first.count == 64)
+        #expect(try asPortal.portalSecret(appID: "org.example.App") == first)
+        #expect(try asPortal.portalSecret(appID: "org.example.Other") != first)
+        expectStatus(.param) { _ = try asPortal.portalSecret(appID: "a/b") }
+        // Kept in the app's own group, which no caller has.
+        expectStatus(.itemNotFound) { _ = try connection.copyMatching(["class": .string("genp"), "svce": .string("org.freedesktop.portal.Secret")]) }
+        // Another process of the same user is not the portal.
+        let root = try Self.scratchDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let other = try Callee(try Self.copyOfSleep(root + "/not-the-portal"))
+        expectStatus(.missingEntitlement) { _ = try connection.onBehalf(of: other.identity).portalSecret(appID: "org.example.App") }
+    }
+
+    @Test func aPortalSecretIsNeverGivenOutsideAsCaller() throws {
+        let d = try daemon()
+        let socket = try UnixSocket.connect(path: d.socketPath)
+        defer { socket.close() }
+        try socket.writeAll(WireCodec.frame(.portalSecret(appID: "org.example.App")))
+        let answer = try #require(try Frame.read(from: socket, idleTimeoutMs: 5_000, frameTimeoutMs: 5_000))
+        #expect(try WireCodec.decodeResponse(answer).status == KeychainStatus.missingEntitlement.rawValue)
+    }
+
+    @Test func theAuditLogNamesTheBridge() throws {
+        let path = "/tmp/kc-audit-bridge-\(getpid()).jsonl"
+        defer { unlink(path) }
+        let d = try daemon("audit_log = \"\(path)\"")
+        let callee = try Callee()
+        _ = try KeychainConnection(socketPath: d.socketPath).onBehalf(of: callee.identity).status()
+        d.stop()
+        let line = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(line.contains("\"pid\":\(callee.identity.pid)"), "\(line)")
+        #expect(line.contains("\"via\":\"secret-service\"") && line.contains("\"bridge_pid\":\(getpid())"), "\(line)")
+    }
+}
+
+private extension SecretServiceBridgeTests {
+    /// A directory for programs a config must name before the daemon starts.
+    static func scratchDirectory() throws -> String {
+        var template = Array("/tmp/kcb.XXXXXX".utf8CString)
+        guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
+        chmod(p, 0o755)
+        return String(cString: p)
+    }
+
+    /// Another program, as far as /proc/PID/exe tells: sleep copied to `path`.
+    static func copyOfSleep(_ path: String) throws -> String {
+        try FileManager.default.copyItem(atPath: realPath("/usr/bin/sleep"), toPath: path)
+        return path
+    }
+}
