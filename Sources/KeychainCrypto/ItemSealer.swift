@@ -67,4 +67,11 @@ public struct LookupHasher: Sendable {
         let domain = (code == "pkhh" || code == "klbl") ? "keyid" : code
         return KeyedHash.hash(domain: domain, bytes, key: key, outputBytes: 16)
     }
+
+    /// A Secret Service attribute index row's hash. Its domains hold a '-', so they never
+    /// equal an attribute code (four letters) or a code's "#number" domain.
+    public func hash(secretServiceDomain domain: String, message: [UInt8]) -> [UInt8] {
+        precondition(domain.contains("-"))
+        return KeyedHash.hash(domain: domain, message, key: key, outputBytes: 16)
+    }
 }

@@ -16,6 +16,9 @@ public struct ItemRow: Sendable, Equatable {
     /// Keyed hashes by attribute code, for the class's column attributes.
     public var hashes: [String: [UInt8]]
     public var blob: [UInt8]
+    /// The item's rows in the Secret Service attribute index (table item_attributes); nil:
+    /// none to write (an insert), or unchanged (a replace). Never read back from the table.
+    public var attributeHashes: [[UInt8]]?
 
     public init(itemClass: ItemClass, persistentID: [UInt8], accessGroup: String, protection: Protection?,
                 sync: Int64, created: Double, modified: Double, hashes: [String: [UInt8]], blob: [UInt8]) {
@@ -90,7 +93,15 @@ public struct ItemTable {
         let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
         let sql = "INSERT INTO items(\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
         try db.run(sql, Self.values(of: row, codes: codes))
-        return try lastRowID()
+        let rowid = try lastRowID()
+        if let hashes = row.attributeHashes { try insertAttributeHashes(hashes, item: rowid) }
+        return rowid
+    }
+
+    private func insertAttributeHashes(_ hashes: [[UInt8]], item: Int64) throws(KeychainError) {
+        for hash in hashes {
+            try db.run("INSERT OR IGNORE INTO item_attributes(item, hash) VALUES (?, ?)", [.int(item), .blob(hash)])
+        }
     }
 
     /// Rewrites every column of the row with `row.rowid`.
@@ -99,6 +110,10 @@ public struct ItemTable {
         let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
         let sql = "UPDATE items SET \(names.map { "\($0) = ?" }.joined(separator: ", ")) WHERE rowid = ?"
         try db.run(sql, Self.values(of: row, codes: codes) + [.int(row.rowid)])
+        if let hashes = row.attributeHashes {
+            try db.run("DELETE FROM item_attributes WHERE item = ?", [.int(row.rowid)])
+            try insertAttributeHashes(hashes, item: row.rowid)
+        }
     }
 
     private static func values(of row: ItemRow, codes: [String]) -> [SQLValue] {
@@ -239,6 +254,68 @@ public struct ItemTable {
         if filter.limit != nil { shape |= 1 << 38 }
         if filter.afterRowID != nil { shape |= 1 << 39 }
         return shape
+    }
+
+    // MARK: Secret Service attribute index
+
+    /// The genp rows in `groups` whose svce column is `svce` and that have every one of
+    /// `hashes` in the attribute index, in rowid order (lowest first), until `body` returns
+    /// false. The rarest hash drives: each is first counted up to 64 rows (one index range
+    /// each), then the driver's rows are joined to their items and checked for the others by
+    /// primary-key probes, so the cost grows with log n, not n (docs/performance.md).
+    public func forEachWithAttributes(_ hashes: [[UInt8]], svce: [UInt8], groups: [String],
+                                      _ body: (ItemRow) throws(KeychainError) -> Bool) throws(KeychainError) {
+        precondition(!hashes.isEmpty, "an attribute search names at least one hash")
+        guard !groups.isEmpty else { return }
+        var ordered = hashes
+        if hashes.count > 1 {
+            var counts: [Int] = []
+            for hash in hashes { counts.append(try attributeRowCount(hash)) }
+            let driver = counts.indices.min { counts[$0] < counts[$1] }!
+            ordered.swapAt(0, driver)
+        }
+        let values = [SQLValue.blob(ordered[0]), .blob(svce)] + groups.map(SQLValue.text) + ordered.dropFirst().map(SQLValue.blob)
+        let sql = { Self.attributeSearchSQL(hashes: ordered.count, groups: groups.count) }
+        let codes = Self.classSQL[.genericPassword]!.codes
+        let read = { (s: Statement) throws(KeychainError) in try readRows(s, codes: codes, body) }
+        // Its own part of the shape space: bit 62, the hash count (up to 16) and group count
+        // (up to 255) in the low bits; anything larger is prepared from its text.
+        if ordered.count <= 16 && groups.count < 256 {
+            try db.query(shape: 1 << 62 | UInt64(ordered.count) | UInt64(groups.count) << 8, sql: sql, values, read)
+        } else {
+            try db.query(sql(), values, read)
+        }
+    }
+
+    /// How many index rows hold `hash`, counted up to 64: enough to pick the rarest.
+    private func attributeRowCount(_ hash: [UInt8]) throws(KeychainError) -> Int {
+        try db.query("SELECT count(*) FROM (SELECT 1 FROM item_attributes WHERE hash = ? LIMIT 64)", [.blob(hash)]) { (s) throws(KeychainError) in
+            _ = try s.step()
+            return Int(s.int(0))
+        }
+    }
+
+    /// The SQL of an attribute search with `hashes` index hashes (the first drives) and
+    /// `groups` access groups; values bind as: driver, svce hash, groups, other hashes.
+    public static func attributeSearchSQL(hashes: Int, groups: Int) -> String {
+        let codes = classSQL[.genericPassword]!.codes
+        let columns = fixedColumns.split(separator: ",").map { "i." + $0.filter { $0 != " " } }
+            + codes.map { "i.h_\($0)" }
+        var sql = "SELECT \(columns.joined(separator: ", ")) FROM item_attributes d JOIN items i ON i.rowid = d.item"
+        sql += " WHERE d.hash = ? AND i.class = 'genp' AND i.h_svce = ?"
+        sql += " AND i.agrp IN (\(Array(repeating: "?", count: groups).joined(separator: ", ")))"
+        for _ in 1..<max(1, hashes) {
+            sql += " AND EXISTS (SELECT 1 FROM item_attributes o WHERE o.hash = ? AND o.item = d.item)"
+        }
+        return sql + " ORDER BY d.item"
+    }
+
+    /// How many attribute index rows an item has (tests: the rows follow the item).
+    public func attributeRowCount(item: Int64) throws(KeychainError) -> Int {
+        try db.query("SELECT count(*) FROM item_attributes WHERE item = ?", [.int(item)]) { (s) throws(KeychainError) in
+            _ = try s.step()
+            return Int(s.int(0))
+        }
     }
 
     /// Every row of one class and protection class, whatever its group (for backups).

@@ -61,6 +61,18 @@ public enum Schema {
         CREATE TABLE number_rehash(pdmn TEXT PRIMARY KEY);
         INSERT INTO number_rehash(pdmn) SELECT DISTINCT pdmn FROM items;
         """),
+        // The Secret Service's attribute search in O(log n) (docs/semantics.md): per item with
+        // xsat, a keyed hash of each (name, value) pair and one of the whole set. No database
+        // before this version holds such an item, so there is nothing to fill in. Rows go with
+        // their item (the foreign key cascades; SQLiteDatabase turns foreign keys on).
+        ("v5: Secret Service attribute index", """
+        CREATE TABLE item_attributes(
+            item INTEGER NOT NULL REFERENCES items(rowid) ON DELETE CASCADE,
+            hash BLOB NOT NULL,
+            PRIMARY KEY (hash, item)
+        ) WITHOUT ROWID;
+        CREATE INDEX item_attributes_item ON item_attributes(item);
+        """),
     ]
 
     public static var currentVersion: Int { migrations.count }

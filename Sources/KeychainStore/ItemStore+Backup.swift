@@ -157,6 +157,17 @@ extension ItemStore {
         for code in attributes.keys where schema.spec(code) == nil {
             throw KeychainError(.decode, "a backup item has attribute \(code), which class \(cls.rawValue) does not")
         }
+        // A Secret Service item's attributes are indexed as they decode: refused whole if not.
+        if let xsat = attributes["xsat"] {
+            guard case .data(let d) = xsat, (try? SecretServiceAttributes(encoded: Array(d))) != nil else {
+                throw KeychainError(.decode, "a backup item has Secret Service attributes (xsat) that do not decode")
+            }
+        }
+        if let xsct = attributes["xsct"] {
+            guard case .string(let s) = xsct, s.utf8.count <= 255 else {
+                throw KeychainError(.decode, "a backup item has a content type (xsct) that is not a string of at most 255 bytes")
+            }
+        }
         for spec in schema.primaryKey where attributes[spec.code] == nil {
             attributes[spec.code] = spec.defaultValue
         }

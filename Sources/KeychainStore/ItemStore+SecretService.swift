@@ -17,35 +17,80 @@ extension ItemStore {
     /// Empty when nothing matches.
     public func attributeSearch(collection: String, exact: Bool, pairs: SecretServiceAttributes,
                                 scope: AccessScope) throws(KeychainError) -> [AttributeDictionary] {
-        let filter = try collectionFilter(collection, groups: scope.groups)
+        guard SecretServiceNames.isValidCollection(collection) else {
+            throw KeychainError(.param, "a collection name is 1 to 64 bytes of a-z, 0-9 and _")
+        }
+        let svce = Self.secretServicePrefix + collection
         var found: [AttributeDictionary] = []
+        if pairs.isEmpty && !exact {
+            // Every item of the collection: the svce column's index, nothing to open.
+            var filter = RowFilter(itemClass: .genericPassword, accessGroups: scope.groups)
+            filter.hashes = [("svce", svceHash(svce))]
+            try table.forEach(filter) { row in
+                found.append(Self.searchRow(row, locked: row.protection.map { !isAvailable($0) } ?? false))
+                return true
+            }
+            return found
+        }
         var corrupt = 0
-        try table.forEach(filter) { (row) throws(KeychainError) -> Bool in
-            guard let pdmn = row.protection else {
-                corrupt += 1
-                return true
-            }
-            let locked = !isAvailable(pdmn)
-            if locked {
-                // Its attributes cannot be read: listed only when every item is asked for.
-                if pairs.isEmpty && !exact { found.append(Self.searchRow(row, locked: true)) }
-                return true
-            }
-            let item: StoredItem
-            do throws(KeychainError) {
-                item = try open(row)
-            } catch where error.status == .decode {
-                corrupt += 1
-                return true
-            }
-            let stored = try Self.secretServiceAttributes(of: item)
-            if exact ? stored == pairs : stored.contains(pairs) {
-                found.append(Self.searchRow(row, locked: false))
+        try forEachIndexed(pairs, exact: exact, svce: svce, groups: scope.groups) { (row, item) in
+            switch item {
+            case .locked: found.append(Self.searchRow(row, locked: true))
+            case .opened: found.append(Self.searchRow(row, locked: false))
+            case .corrupt: corrupt += 1
             }
             return true
         }
         if found.isEmpty && corrupt > 0 { throw Self.nothingFound(corrupt: corrupt) }
         return found
+    }
+
+    /// What the index found for one row.
+    private enum IndexedItem {
+        /// Its class is locked: returned unopened (only its columns are known).
+        case locked
+        /// Opened, and its xsat matches the query.
+        case opened(StoredItem)
+        /// It cannot be opened (an altered row).
+        case corrupt
+    }
+
+    /// The rows the attribute index gives for `pairs` (`exact`: the whole set's hash), in
+    /// rowid order. An unlocked row is opened and its xsat checked against the query, since
+    /// the index rows are not authenticated: a database editor pointing a hash at another
+    /// item must not steer which item an app gets. Rows that fail the check are left out.
+    private func forEachIndexed(_ pairs: SecretServiceAttributes, exact: Bool, svce: String, groups: [String],
+                                _ body: (ItemRow, IndexedItem) throws(KeychainError) -> Bool) throws(KeychainError) {
+        let hashes = exact ? [codec.setHash(pairs)] : pairs.pairs.map { codec.pairHash(name: $0.name, value: $0.value) }
+        var rows: [ItemRow] = []
+        try table.forEachWithAttributes(hashes, svce: svceHash(svce), groups: groups) { row in
+            rows.append(row)
+            return true
+        }
+        for row in rows {
+            guard let pdmn = row.protection else {
+                guard try body(row, .corrupt) else { return }
+                continue
+            }
+            guard isAvailable(pdmn) else {
+                guard try body(row, .locked) else { return }
+                continue
+            }
+            let item: StoredItem
+            do throws(KeychainError) {
+                item = try open(row)
+            } catch where error.status == .decode {
+                guard try body(row, .corrupt) else { return }
+                continue
+            }
+            guard let stored = try? Self.secretServiceAttributes(of: item),
+                  exact ? stored == pairs : stored.contains(pairs) else { continue }
+            guard try body(row, .opened(item)) else { return }
+        }
+    }
+
+    private func svceHash(_ svce: String) -> [UInt8] {
+        codec.hash(ClassSchema.genericPassword.spec("svce")!, .string(svce))
     }
 
     /// Adds a Secret Service item, or with `replace` rewrites the caller's first item (lowest
@@ -83,27 +128,22 @@ extension ItemStore {
          "replaced": .bool(replaced)]
     }
 
-    /// The caller's first item of this collection (lowest rowid) whose set equals `pairs`;
-    /// errSecInteractionNotAllowed when it is of a locked class.
+    /// The caller's first item of this collection (lowest rowid) whose set equals `pairs`:
+    /// one probe of the set's hash. errSecInteractionNotAllowed when it is of a locked class.
     private func firstItem(withExactly pairs: SecretServiceAttributes, svce: String, groups: [String]) throws(KeychainError) -> StoredItem? {
-        var filter = RowFilter(itemClass: .genericPassword, accessGroups: groups)
-        filter.hashes = [("svce", codec.hash(ClassSchema.genericPassword.spec("svce")!, .string(svce)))]
-        var best: StoredItem?
-        var lockedSeen = false
-        try table.forEach(filter) { (row) throws(KeychainError) -> Bool in
-            guard let pdmn = row.protection, isAvailable(pdmn) else {
-                lockedSeen = true
+        var first: StoredItem?
+        try forEachIndexed(pairs, exact: true, svce: svce, groups: groups) { (row, item) throws(KeychainError) in
+            switch item {
+            case .locked:
+                throw KeychainError(.interactionNotAllowed, "the keychain is locked and the item to replace is unavailable until it is unlocked")
+            case .opened(let stored):
+                first = stored
+                return false
+            case .corrupt:
                 return true
             }
-            guard let item = try? open(row), row.rowid < best?.row.rowid ?? .max,
-                  (try? Self.secretServiceAttributes(of: item)) == pairs else { return true }
-            best = item
-            return true
         }
-        if best == nil && lockedSeen {
-            throw KeychainError(.interactionNotAllowed, "the keychain is locked and this collection's items are unavailable until it is unlocked")
-        }
-        return best
+        return first
     }
 
     /// Gives `item` the label, content type and secret of `query`, and a new mdat.
@@ -118,16 +158,6 @@ extension ItemStore {
         let row = codec.seal(item.itemClass, attributes: attributes, data: query.data ?? .empty,
                              persistentID: item.row.persistentID, classKey: try classKey(pdmn), rowid: item.row.rowid)
         try table.replace(row)
-    }
-
-    /// The rows of one collection in `groups`, by the svce column.
-    private func collectionFilter(_ collection: String, groups: [String]) throws(KeychainError) -> RowFilter {
-        guard SecretServiceNames.isValidCollection(collection) else {
-            throw KeychainError(.param, "a collection name is 1 to 64 bytes of a-z, 0-9 and _")
-        }
-        var filter = RowFilter(itemClass: .genericPassword, accessGroups: groups)
-        filter.hashes = [("svce", codec.hash(ClassSchema.genericPassword.spec("svce")!, .string(Self.secretServicePrefix + collection)))]
-        return filter
     }
 
     /// An item's attribute set; an item with no xsat has the empty set.

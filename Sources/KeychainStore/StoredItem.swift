@@ -67,6 +67,31 @@ struct ItemCodec {
         return out
     }
 
+    /// The attribute index rows of an item with these attributes: one per Secret Service
+    /// pair and one for the whole set; nil for an item without xsat (or one that does not
+    /// decode, which ItemQuery refuses before any item is sealed).
+    func attributeIndexHashes(_ cls: ItemClass, _ attributes: AttributeDictionary) -> [[UInt8]]? {
+        guard cls == .genericPassword, case .data(let xsat)? = attributes["xsat"],
+              let set = try? SecretServiceAttributes(encoded: Array(xsat)) else { return nil }
+        return set.pairs.map { pairHash(name: $0.name, value: $0.value) } + [setHash(set)]
+    }
+
+    /// The index hash of one (name, value) pair: the name's length first, so that no other
+    /// split of the same bytes gives the same message.
+    func pairHash(name: String, value: String) -> [UInt8] {
+        var message: [UInt8] = []
+        message.reserveCapacity(4 + name.utf8.count + value.utf8.count)
+        withUnsafeBytes(of: UInt32(name.utf8.count).littleEndian) { message += $0 }
+        message += name.utf8
+        message += value.utf8
+        return hasher.hash(secretServiceDomain: "ss-pair", message: message)
+    }
+
+    /// The index hash of a whole set (its canonical encoding).
+    func setHash(_ set: SecretServiceAttributes) -> [UInt8] {
+        hasher.hash(secretServiceDomain: "ss-set", message: set.encoded)
+    }
+
     /// Whether one of `specs` is a blob attribute holding a number: the one value whose hash
     /// changed with schema version 4.
     static func hasBlobNumber(_ attributes: AttributeDictionary, among specs: [AttributeSpec]) -> Bool {
@@ -108,6 +133,7 @@ struct ItemCodec {
         var row = ItemRow(itemClass: cls, persistentID: persistentID, accessGroup: agrp, protection: pdmn,
                           sync: sync, created: cdat, modified: mdat, hashes: hashes(of: cls, attributes), blob: [])
         row.rowid = rowid
+        row.attributeHashes = attributeIndexHashes(cls, attributes)
         return seal(row, attributes: attributes, data: data, classKey: classKey)
     }
 

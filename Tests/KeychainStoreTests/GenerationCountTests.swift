@@ -65,6 +65,7 @@ struct GenerationCountTests {
         try t.add(genp("s", "a", ["v_Data": .data([7])]))
         try t.editFile { db in
             try db.execute("DROP TABLE generation")
+            try db.execute("DROP TABLE item_attributes")  // schema v5
             try db.execute("DROP TABLE number_rehash")
             try db.execute("PRAGMA user_version = 2")
             unlink(t.directory + "/keychain.generation")  // a keychaind of then kept no record

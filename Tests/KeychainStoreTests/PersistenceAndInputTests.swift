@@ -43,6 +43,7 @@ struct PersistenceTests {
         try t.editFile { db in
             try db.execute("DROP TABLE generation")
             try db.execute("DROP TABLE lockout")
+            try db.execute("DROP TABLE item_attributes")  // schema v5
             try db.execute("DROP TABLE number_rehash")
             try db.execute("PRAGMA user_version = 1")
             unlink(t.directory + "/keychain.generation")  // a keychaind of then kept no record
