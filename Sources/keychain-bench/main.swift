@@ -28,6 +28,9 @@ struct Options {
     var clientPollMicroseconds = 40
     /// Queries each different from every other, while the daemon's memory is watched (0: none).
     var distinctQueries = 0
+    /// Keychain sizes at which to time a Secret Service attribute search (each on a fresh
+    /// daemon, which then runs alone); empty: not run.
+    var attributeSearchSizes: [Int] = []
 
     init(_ args: [String]) {
         var i = 0
@@ -45,8 +48,9 @@ struct Options {
             case "--client-poll-us": clientPollMicroseconds = Int(args[i + 1]) ?? clientPollMicroseconds; i += 1
             case "--ops": ops = Set(args[i + 1].split(separator: ",").map(String.init)); i += 1
             case "--distinct-queries": distinctQueries = Int(args[i + 1]) ?? distinctQueries; i += 1
+            case "--attribute-search": attributeSearchSizes = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
             default:
-                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)]")
+                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)]")
                 exit(64)
             }
             i += 1
@@ -127,8 +131,9 @@ func item(_ i: Int) -> AttributeDictionary {
     ["class": .string("genp"), "svce": .string("bench"), "acct": .string("account-\(i)")]
 }
 
-/// Starts a private keychaind from beside this binary, on a temporary directory.
-func startDaemon(suffix: String = "") -> (Process, String, String) {
+/// Starts a private keychaind from beside this binary, on a temporary directory; `config`: the
+/// text of its config file, if any.
+func startDaemon(suffix: String = "", config: String? = nil) -> (Process, String, String) {
     let dir = "/tmp/kcbench.\(getpid())\(suffix)"
     mkdir(dir, 0o700)
     let socket = dir + "/s.sock"
@@ -136,6 +141,10 @@ func startDaemon(suffix: String = "") -> (Process, String, String) {
     let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     p.executableURL = URL(fileURLWithPath: (exe as NSString).deletingLastPathComponent + "/keychaind")
     p.arguments = ["--state-dir", dir + "/state", "--socket", socket]
+    if let config {
+        try! config.write(toFile: dir + "/keychaind.toml", atomically: true, encoding: .utf8)
+        p.arguments! += ["--config", dir + "/keychaind.toml"]
+    }
     // The figures with Argon2id in them are for the real cost, never the tests' one.
     p.environment = ProcessInfo.processInfo.environment.filter { $0.key != "KEYCHAIND_INSECURE_FAST_KDF" }
     p.standardError = FileHandle.nullDevice
@@ -482,6 +491,66 @@ func distinctQueries(count: Int, socket: String, daemon pid: Int32) {
     print(String(format: "distinct-queries n=%d rss_anon_start=%.1fMB rss_anon_peak=%.1fMB rss_anon_end=%.1fMB growth=%.1fMB queries/s=%.0f",
                  count, start, peak, end, end - start, Double(count) / seconds))
     fflush(nil)
+}
+
+/// `--attribute-search 1000,100000`: a Secret Service lookup (op 17, through asCaller as the
+/// bridge sends it: a common xdg:schema pair and a rare user pair) at each keychain size, each
+/// on a fresh daemon that takes this bench as its bridge; then the ratio of the largest size's
+/// median to the smallest's (design: within 2×, docs/performance.md).
+func attributeSearches(sizes: [Int]) {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    guard let stat = try? String(contentsOfFile: "/proc/self/stat", encoding: .utf8), let close = stat.lastIndex(of: ")"),
+          let startTime = UInt64(stat[stat.index(after: close)...].split(separator: " ")[19]) else {
+        print("attribute-search cannot read /proc/self/stat")
+        return
+    }
+    let me = CallerIdentity(pid: getpid(), startTime: startTime)
+    @Sendable func item(_ i: Int) -> AttributeDictionary {
+        ["class": .string("genp"), "svce": .string("secret-service:login"), "pdmn": .string("ck"),
+         "labl": .string("bench \(i)"), "v_Data": .data(Array("secret-\(i)".utf8)),
+         "xsat": .data(try! SecretServiceAttributes(["xdg:schema": "org.example.Bench", "user": "user-\(i)"]).encoded)]
+    }
+    var medians: [Double] = []
+    for n in sizes {
+        let (p, socket, dir) = startDaemon(suffix: "ss\(n)", config: "bridge_executables = [\"\(exe)\"]\n")
+        let group = DispatchGroup()
+        for client in 0..<8 {
+            group.enter()
+            Thread {
+                let bridge = KeychainConnection(socketPath: socket).onBehalf(of: me)
+                for i in stride(from: client, to: n, by: 8) { _ = try! bridge.attributeAdd(item(i), replace: false) }
+                group.leave()
+            }.start()
+        }
+        group.wait()
+        let lookups = 5_000
+        let figure = measure(clients: 1, count: lookups, socket: socket) { connection, i in
+            let pairs = try SecretServiceAttributes(["xdg:schema": "org.example.Bench", "user": "user-\((i &* 7919) % n)"])
+            let rows = try connection.onBehalf(of: me).attributeSearch(collection: "login", exact: false, pairs: pairs)
+            guard rows.count == 1 else { fatalError("attribute search found \(rows.count) items") }
+        }
+        let sorted = figure.latencies.sorted()
+        medians.append(percentile(sorted, 0.5))
+        print(String(format: "ss-search n=%-6d c=1  ops/s=%8.0f  p50=%7.1fus  p99=%7.1fus",
+                     n, Double(figure.operations) / figure.seconds, percentile(sorted, 0.5), percentile(sorted, 0.99)))
+        fflush(nil)
+        p.terminate()
+        p.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+    if medians.count > 1, let first = medians.first, let last = medians.last {
+        print(String(format: "ss-search p50 ratio n=%d / n=%d: %.2f", sizes.last!, sizes.first!, last / first))
+    }
+}
+
+if !options.attributeSearchSizes.isEmpty {
+    if let (p, _, dir) = daemon {
+        p.terminate()
+        p.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+    attributeSearches(sizes: options.attributeSearchSizes)
+    exit(0)
 }
 
 // Alone: the daemon's memory must start from its own baseline, not from earlier figures'.

@@ -38,6 +38,34 @@ struct DaemonConfigTests {
         #expect(config.logLevel == "debug")
     }
 
+    @Test func theBridgeAndPortalListsAreReadAndDefaultToThePackagedPrograms() throws {
+        let config = try DaemonConfig.parse("""
+            bridge_executables = ["/opt/kc/keychain-secret-service"]
+            portal_executables = []
+            """)
+        let policy = config.accessPolicy(source: "test")
+        #expect(policy.bridgeExecutables == ["/opt/kc/keychain-secret-service"])
+        #expect(policy.portalExecutables.isEmpty)
+        let defaults = DaemonConfig().accessPolicy(source: "test")
+        #expect(defaults.bridgeExecutables.contains("/usr/bin/keychain-secret-service"))
+        #expect(defaults.portalExecutables == ["/usr/libexec/xdg-desktop-portal"])
+    }
+
+    @Test(arguments: [
+        ("bridge_executables = [\"relative/bridge\"]", 1, "absolute paths"),
+        ("portal_executables = \"/usr/libexec/xdg-desktop-portal\"", 1, "array of absolute paths"),
+        ("[[app]]\nid = \"x\"\nuids = [0]\ngroups = [\"mine\", \"portal.org.example.App\"]", 4, "reserved"),
+    ])
+    func secretServiceSettingsAreChecked(text: String, line: Int, message: String) {
+        do {
+            _ = try DaemonConfig.parse(text)
+            Issue.record("\(text) was accepted")
+        } catch {
+            #expect(error.line == line)
+            #expect(error.message.contains(message), "\(error.message)")
+        }
+    }
+
     @Test(arguments: [
         ("bogus = 1", 1, "unknown key bogus"),
         ("\n\nsocket = 5", 3, "must be a string"),
