@@ -212,6 +212,49 @@ struct SecretServiceBridgeTests {
         #expect(try WireCodec.decodeResponse(answer).status == KeychainStatus.param.rawValue)
     }
 
+    /// A bridge (python, listed) connects and speaks for a process, then execs another program
+    /// (a copy of python elsewhere) that inherits the connection and tries again.
+    static let execingBridge = #"""
+    import os, socket, struct, sys
+    def call(s, pid, start):
+        payload = bytes([1, 16]) + struct.pack("<IQ", pid, start) + bytes([1, 5])
+        try:
+            s.sendall(struct.pack("<I", len(payload)) + payload)
+            head = s.recv(4, socket.MSG_WAITALL)
+        except OSError:
+            return "closed"
+        if len(head) < 4: return "closed"
+        body = s.recv(struct.unpack("<I", head)[0], socket.MSG_WAITALL)
+        return str(struct.unpack("<i", body[1:5])[0])
+    pid, start = int(sys.argv[2]), int(sys.argv[3])
+    if sys.argv[1] == "first":
+        s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[4])
+        print(call(s, pid, start), flush=True)
+        os.set_inheritable(s.fileno(), True)
+        os.execv(sys.argv[5], [sys.argv[5], "-c", sys.argv[6], "second", str(pid), str(start), str(s.fileno())])
+    else:
+        s = socket.socket(fileno=int(sys.argv[4]))
+        print(call(s, pid, start), flush=True)
+        print(call(s, pid, start), flush=True)
+    """#
+
+    @Test func aBridgeThatExecsAnotherProgramLosesItsConnection() throws {
+        let (python, other) = try CallerIdentityTests.pythons(in: "/tmp")
+        defer { unlink(other) }
+        let d = try RunningDaemon(config: "bridge_executables = [\"\(python)\"]\n")
+        let callee = try Callee()
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: python)
+        p.arguments = ["-c", Self.execingBridge, "first", String(callee.identity.pid), String(callee.identity.startTime),
+                       d.socketPath, other, Self.execingBridge]
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let lines = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n").map(String.init)
+        p.waitUntilExit()
+        #expect(lines == ["0", String(KeychainStatus.missingEntitlement.rawValue), "closed"], "\(lines)")
+    }
+
     // MARK: per-app confinement through the bridge
 
     @Test func appsToldApartByExecutableGetTheirOwnGroupsAndCannotSeeEachOthersItems() throws {

@@ -44,7 +44,19 @@ struct ProtocolDocumentTests {
         Exchange(request: .status, response: Response(result: .single(.attributes(status)))),
         Exchange(request: .unlock(passcode: SecretBytes(Array("1234".utf8))),
                  response: Response(status: -25293, message: "the passcode is not correct")),
+        Exchange(request: .asCaller(pid: 4242, startTime: 1_234_567, inner: .attributeSearch(
+                    collection: "login", exact: false, pairs: try! SecretServiceAttributes(["user": "me"]))),
+                 response: Response(result: .list([]))),
+        Exchange(request: .asCaller(pid: 4242, startTime: 1_234_567, inner: attributeAdd),
+                 response: Response(result: .single(.attributes(["replaced": .bool(false), "v_PersistentRef": .data(persistentRef)])))),
+        Exchange(request: .asCaller(pid: 4242, startTime: 1_234_567, inner: .portalSecret(appID: "org.example.App"))),
     ]
+
+    static let attributeAdd = Request.attributeAdd([
+        "class": .string("genp"), "svce": .string("secret-service:login"), "labl": .string("mail"), "pdmn": .string("ck"),
+        "v_Data": .data(Array("pw".utf8)), "xsat": .data(try! SecretServiceAttributes(["user": "me"]).encoded),
+        "xsct": .string("text/plain"),
+    ], replace: true)
 
     /// Every frame of section 5: one list of (label, bytes) per fenced block.
     static func documentedFrames() throws -> [[(label: String, bytes: [UInt8])]] {
@@ -134,7 +146,10 @@ struct ProtocolDocumentTests {
         let h = try LockInvariantTests.Harness()
         let exchanges = try Self.documented()
         let answer = { (request: [UInt8]) throws -> Response in
-            let decoded = try WireCodec.decodeRequest(SecretBytes(try payload(request)))
+            var decoded = try WireCodec.decodeRequest(SecretBytes(try payload(request)))
+            // The handler sees what the server hands it once an asCaller's checks passed (the
+            // caller here stands for the process named).
+            if case .asCaller(_, _, let inner) = decoded { decoded = inner }
             // The page's unlock is a wrong one: it needs a passcode set ("0000") first.
             if case .unlock = decoded {
                 #expect(h.call(.setPasscode(new: SecretBytes(Array("0000".utf8)))) == 0)
@@ -142,8 +157,19 @@ struct ProtocolDocumentTests {
             return h.handler.handle(decoded, from: h.caller, policy: h.policy)
         }
         for (request, documented, exchange) in exchanges {
+            // A request shown alone (the portal's) is answered only through the server's checks.
+            guard documented != nil else { continue }
             let sent = try request ?? Array(WireCodec.frame(#require(exchange.repeats)))
-            let response = try answer(sent)
+            var response = try answer(sent)
+            if case .asCaller(_, _, .attributeAdd)? = exchange.request {
+                // The reference's id is random: the shape is what the page promises.
+                guard case .single(.attributes(let d)) = response.result, d["replaced"] == .bool(false),
+                      case .data(let ref)? = d["v_PersistentRef"], ref.count == 20 else {
+                    Issue.record("expected a new item's reference, got \(response)")
+                    continue
+                }
+                response.result = .single(.attributes(["replaced": .bool(false), "v_PersistentRef": .data(Self.persistentRef)]))
+            }
             if exchange.request == Self.copyReferences {
                 guard case .list(let items) = response.result, items.count == 1,
                       case .persistentRef(let ref) = items[0] else {
