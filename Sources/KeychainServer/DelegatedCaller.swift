@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CSystemShim
 import KeychainModel
 
 /// A process the Secret Service bridge speaks for (op 16, asCaller), checked by keychaind
@@ -15,6 +16,9 @@ final class DelegatedProcess {
     let uid: UInt32
     let gid: UInt32
     private let directory: Int32
+    /// A pidfd of the process, readable once it has exited (a zombie included); -1 where the
+    /// kernel has none, and then each call re-reads stat instead.
+    private let exitWatch: Int32
 
     init(pid: Int32, startTime: UInt64, bridgeUID: UInt32) throws(KeychainError) {
         let fd = open("/proc/\(pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -38,14 +42,29 @@ final class DelegatedProcess {
             close(fd)
             throw error
         }
-        try checkRunning()
+        // Opened before the stat check below: if that check finds the same process alive,
+        // the pid had not been reused when the pidfd was opened, so it names this process.
+        exitWatch = csystem_pidfd_open(pid)
+        try checkStat()
     }
 
-    deinit { close(directory) }
+    deinit {
+        close(directory)
+        if exitWatch >= 0 { close(exitWatch) }
+    }
 
-    /// Whether it still runs: its stat names the same start time and it is not a zombie (an
-    /// exited process that its parent has not yet waited for still has its /proc entry).
+    /// Whether it still runs, for each call after the first: a poll of its pidfd (about a
+    /// microsecond), else a read of its stat.
     func checkRunning() throws(KeychainError) {
+        guard exitWatch >= 0 else { return try checkStat() }
+        var watch = pollfd(fd: exitWatch, events: Int16(POLLIN), revents: 0)
+        let ready = poll(&watch, 1, 0)
+        guard ready == 0 else { throw Self.exited(pid) }
+    }
+
+    /// Its stat names the same start time and it is not a zombie (an exited process that its
+    /// parent has not yet waited for still has its /proc entry).
+    private func checkStat() throws(KeychainError) {
         guard let text = Self.read("stat", in: directory), let stat = Self.parseStat(text) else { throw Self.exited(pid) }
         guard stat.startTime == startTime else {
             throw KeychainError(.missingEntitlement, "pid \(pid) is not the calling process (its start time differs): the calling process has exited")

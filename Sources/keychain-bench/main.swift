@@ -118,12 +118,13 @@ func measure(clients: Int, count: Int, socket: String,
     return Figure(operations: count, seconds: Double(now() - start) / 1e9, latencies: collected.latencies)
 }
 
-func report(_ op: String, n: Int, c: Int, _ figure: Figure, shown: Bool = true) {
+func report(_ op: String, n: Int, c: Int, _ figure: Figure, shown: Bool = true, label: String = "") {
     guard shown else { return }
     let lat = figure.latencies.sorted()
     let name = op.padding(toLength: 6, withPad: " ", startingAt: 0)
     print(name + String(format: " n=%-6d c=%d  ops/s=%8.0f  p50=%7.1fus  p99=%7.1fus",
-                        n, c, Double(figure.operations) / figure.seconds, percentile(lat, 0.5), percentile(lat, 0.99)))
+                        n, c, Double(figure.operations) / figure.seconds, percentile(lat, 0.5), percentile(lat, 0.99))
+          + (label.isEmpty ? "" : "  (\(label))"))
     fflush(nil)
 }
 
@@ -524,6 +525,13 @@ func attributeSearches(sizes: [Int]) {
         }
         group.wait()
         let lookups = 5_000
+        if n == sizes.first {
+            // What asCaller itself costs: a status call for this process, beside a plain one.
+            report("status", n: 0, c: 1, measure(clients: 1, count: lookups, socket: socket) { connection, _ in _ = try connection.status() })
+            report("status", n: 0, c: 1, measure(clients: 1, count: lookups, socket: socket) { connection, _ in
+                _ = try connection.onBehalf(of: me).status()
+            }, label: "asCaller status")
+        }
         let figure = measure(clients: 1, count: lookups, socket: socket) { connection, i in
             let pairs = try SecretServiceAttributes(["xdg:schema": "org.example.Bench", "user": "user-\((i &* 7919) % n)"])
             let rows = try connection.onBehalf(of: me).attributeSearch(collection: "login", exact: false, pairs: pairs)

@@ -188,6 +188,35 @@ struct SecretServiceBridgeTests {
         }
     }
 
+    /// Known to the bridge's connection first, then exited and left unreaped.
+    @Test func aKnownCallerThatExitsWithoutBeingWaitedForIsRefused() throws {
+        let d = try daemon()
+        let parent = Process()
+        parent.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        parent.arguments = ["-c", "import os, sys, time\npid = os.fork()\nif pid == 0:\n    sys.stdin.read()\n    os._exit(0)\nprint(pid, flush=True)\ntime.sleep(30)"]
+        let input = Pipe(), out = Pipe()
+        parent.standardInput = input
+        parent.standardOutput = out
+        try parent.run()
+        defer { kill(parent.processIdentifier, SIGKILL); parent.waitUntilExit() }
+        let line = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+        let pid = try #require(Int32(line.trimmingCharacters(in: .whitespacesAndNewlines)))
+        let identity = CallerIdentity(pid: pid, startTime: try #require(Self.startTime(of: pid)))
+        let keychain = KeychainConnection(socketPath: d.socketPath).onBehalf(of: identity)
+        #expect(try keychain.status()["groups"] == .string("uid.0"))
+        try input.fileHandleForWriting.close()  // the child exits; its parent sleeps on
+        for _ in 0..<200 {
+            if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), stat.contains(") Z ") { break }
+            usleep(5_000)
+        }
+        do {
+            _ = try keychain.status()
+            Issue.record("a call was made for a process that has exited")
+        } catch {
+            #expect(error.status == .missingEntitlement && error.message.contains("has exited"), "\(error)")
+        }
+    }
+
     @Test func aReusedPidIsCaughtByItsStartTime() throws {
         let d = try daemon()
         let callee = try Callee()

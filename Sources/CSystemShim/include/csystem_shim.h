@@ -7,4 +7,9 @@
 /// RLIMIT_CORE to 0. Returns 0, or -1 with errno set.
 int csystem_harden_process(void);
 
+/// pidfd_open(2) (Linux 5.3; no glibc wrapper before 2.36): a descriptor that becomes readable
+/// once process `pid` has exited. Close-on-exec. Returns it, or -1 with errno set (ENOSYS on
+/// an older kernel).
+int csystem_pidfd_open(int32_t pid);
+
 #endif
