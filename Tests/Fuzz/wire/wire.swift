@@ -75,6 +75,12 @@ public func fuzzInitialize(_ argc: UnsafeMutableRawPointer?, _ argv: UnsafeMutab
             ("backup-read", .backupRead(session: 7, offset: 1 << 19)),
             ("restore-write", .restoreWrite(session: 7, offset: 0, bytes: Array("KCBACKUP".utf8))),
             ("restore-commit", .restoreCommit(session: 7, password: SecretBytes(Array("pw".utf8)), onConflict: .replace)),
+            ("as-caller-search", .asCaller(pid: 4242, startTime: 1_234_567, inner: .attributeSearch(
+                collection: "login", exact: false, pairs: try! SecretServiceAttributes(["xdg:schema": "org.example", "user": "me"])))),
+            ("as-caller-add", .asCaller(pid: 4242, startTime: 1_234_567, inner: .attributeAdd(
+                ["class": .string("genp"), "svce": .string("secret-service:login"), "v_Data": .data(Array("pw".utf8)),
+                 "xsat": .data(try! SecretServiceAttributes(["user": "me"]).encoded)], replace: true))),
+            ("as-caller-portal", .asCaller(pid: 4242, startTime: 1_234_567, inner: .portalSecret(appID: "org.example.App"))),
         ]
         let responses: [(String, Response)] = [
             ("ok", Response()),
