@@ -141,6 +141,21 @@ struct SecretServiceBridgeTests {
         #expect(try KeychainConnection(socketPath: d.socketPath).status()["groups"] == .string("uid.0"))
     }
 
+    @Test func aReloadThatTakesTheBridgeOffTheListEndsItsAsCaller() throws {
+        let d = try daemon()
+        let callee = try Callee()
+        let keychain = KeychainConnection(socketPath: d.socketPath).onBehalf(of: callee.identity)
+        #expect(try keychain.status()["groups"] == .string("uid.0"))
+        try "log_level = \"debug\"\nbridge_executables = []\n".write(toFile: d.configPath, atomically: true, encoding: .utf8)
+        kill(d.pid, SIGHUP)
+        var refused: KeychainError?
+        for _ in 0..<200 where refused == nil {
+            do { _ = try keychain.status() } catch { refused = error }
+            usleep(10_000)
+        }
+        #expect(refused?.status == .missingEntitlement, "\(String(describing: refused))")
+    }
+
     @Test func aCallerOfAnotherUidIsRefused() throws {
         let d = try daemon()
         let other = try MultiUserTests.user("kcapp-a")
