@@ -259,7 +259,7 @@ final class StoreExecutor: Sendable {
 
     /// A list answer cut into frames of about `ItemStore.pageBytes`: every page but the last
     /// goes to `emit`, the last is returned.
-    private static func paged(_ response: Response, emit: (Response) -> Bool) -> Response {
+    static func paged(_ response: Response, emit: (Response) -> Bool) -> Response {
         guard case .list(let items) = response.result else { return response }
         var pending: [ItemResult] = []
         var pendingBytes = 0
