@@ -39,7 +39,8 @@ run: deps
 # virtual environment .venv that scripts/test-python makes), then a package that depends on
 # keychaind by version and uses KeychainClient (scripts/check-consumer), then what make install
 # lays out (scripts/check-install), then a short smoke of each fuzz target (scripts/fuzz
-# --smoke). KEYCHAIND_INSECURE_FAST_KDF=1
+# --smoke), then the throw-away PostgreSQL cluster that sync's tests will stand on
+# (scripts/test-pg-cluster). KEYCHAIND_INSECURE_FAST_KDF=1
 # lowers Argon2id to libsodium's minimum for speed; never set it for a real daemon.
 # scripts/fetch-toml-test fetches toml-test's cases (once) for the TOML decoder's tests.
 test: deps
@@ -49,6 +50,7 @@ test: deps
 	scripts/check-consumer
 	scripts/check-install
 	scripts/fuzz --smoke
+	scripts/test-pg-cluster
 
 # Each libFuzzer target of Tests/Fuzz for FUZZ_SECONDS (default 60); docs/security.md, "Fuzzing".
 FUZZ_SECONDS ?= 60
