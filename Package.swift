@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "keychain", targets: ["keychain"]),
         .executable(name: "keychain-bench", targets: ["keychain-bench"]),
         .executable(name: "git-credential-keychain", targets: ["git-credential-keychain"]),
+        .executable(name: "keychain-secret-service", targets: ["keychain-secret-service"]),
         .library(name: "KeychainClient", targets: ["KeychainClient"]),
         .library(name: "KeychainStore", targets: ["KeychainStore"]),
     ],
@@ -39,6 +40,12 @@ let package = Package(
             name: "CSystemd",
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
+        ),
+        // OpenSSL's libcrypto: imported only by the Secret Service's SessionCrypto (DH, HKDF, AES-CBC).
+        .systemLibrary(
+            name: "CLibcrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
         ),
         .target(name: "KeychainModel"),
         // The config file's reader: TOML 1.0.0, pure Swift, no Foundation (the daemon links it).
@@ -85,6 +92,12 @@ let package = Package(
         .executableTarget(name: "keychain-dynamic", dependencies: ["KeychainCLI"]),
         .executableTarget(name: "keychain-bench", dependencies: ["KeychainClient"]),
         .target(name: "GitCredential", dependencies: ["KeychainClient"]),
+        // The Secret Service on the session bus, served from keychaind (docs/secret-service.md).
+        .target(name: "SecretService", dependencies: ["KeychainClient", "DBus", "CLibcrypto", "CSystemShim"]),
+        .executableTarget(
+            name: "keychain-secret-service",
+            dependencies: ["SecretService", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         // Static like the CLI: git starts it for every fetch and push.
         .executableTarget(
             name: "git-credential-keychain", dependencies: ["GitCredential"],
@@ -101,6 +114,7 @@ let package = Package(
         // KeychainStore: to run one SecItem behaviour suite against the store in process and the daemon.
         // DBus: BusConnection against a private bus.
         .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage", "KeychainStore", "DBus"]),
+        .testTarget(name: "SecretServiceTests", dependencies: ["SecretService", "KeychainModel"]),
         .testTarget(name: "KeychainServerTests", dependencies: [
             "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",
             .product(name: "Logging", package: "swift-log"),

@@ -4,19 +4,10 @@ import Glibc
 internal import CSystemd
 import KeychainModel
 
-/// A basic D-Bus value, as a method call's argument.
-public enum BusValue: Sendable, Equatable {
-    case string(String)
-    case objectPath(String)
-    case bool(Bool)
-    case int32(Int32)
-    case uint32(UInt32)
-    case uint64(UInt64)
-}
-
 /// A private connection to a D-Bus message bus, through sd-bus. sd-bus is not thread-safe, so
 /// neither is this: the thread that opens it is the one that calls, subscribes and processes
-/// its messages. Every C pointer of sd-bus stays in this file.
+/// its messages. Every C pointer of sd-bus stays in this target (BusServer.swift has the
+/// server's half: names, object handlers, replies, signals).
 public final class BusConnection {
     public enum Bus: Sendable {
         /// The system bus: $DBUS_SYSTEM_BUS_ADDRESS, else /run/dbus/system_bus_socket.
@@ -25,9 +16,10 @@ public final class BusConnection {
         case user
     }
 
-    private let bus: OpaquePointer
+    let bus: OpaquePointer
     /// What sd-bus calls back with, by unretained pointer: kept alive as long as the bus.
-    private var signalHandlers: [SignalHandler] = []
+    var signalHandlers: [SignalHandler] = []
+    var objectHandlers: [ObjectHandler] = []
 
     public init(_ which: Bus) throws(KeychainError) {
         var opened: OpaquePointer?
@@ -78,7 +70,7 @@ public final class BusConnection {
         let r = sd_bus_message_new_method_call(bus, &message, destination, path, interface, member)
         guard r >= 0, let message else { throw Self.failure(r, "cannot build a call to \(interface).\(member)") }
         defer { sd_bus_message_unref(message) }
-        for argument in arguments { try Self.append(argument, to: message) }
+        for argument in arguments { try BusMessage.append(argument, to: message) }
         var error = sd_bus_error()
         defer { sd_bus_error_free(&error) }
         var reply: OpaquePointer?
@@ -131,28 +123,12 @@ public final class BusConnection {
         guard r >= 0 || r == -EINTR else { throw Self.failure(r, "lost the bus connection", status: .serviceNotAvailable) }
     }
 
-    private static func append(_ value: BusValue, to message: OpaquePointer) throws(KeychainError) {
-        func basic(_ type: Character, _ pointer: UnsafeRawPointer) -> Int32 {
-            sd_bus_message_append_basic(message, CChar(type.asciiValue!), pointer)
-        }
-        let r: Int32
-        switch value {
-        case .string(let s): r = s.withCString { basic("s", $0) }
-        case .objectPath(let p): r = p.withCString { basic("o", $0) }
-        case .bool(let b): var v: Int32 = b ? 1 : 0; r = basic("b", &v)
-        case .int32(var v): r = basic("i", &v)
-        case .uint32(var v): r = basic("u", &v)
-        case .uint64(var v): r = basic("t", &v)
-        }
-        guard r >= 0 else { throw failure(r, "cannot add an argument to a bus call", status: .param) }
-    }
-
     static func failure(_ negativeErrno: Int32, _ doing: String, status: KeychainStatus = .io) -> KeychainError {
         KeychainError(status, "\(doing): \(String(cString: strerror(-negativeErrno)))")
     }
 }
 
-private final class SignalHandler {
+final class SignalHandler {
     let body: (BusMessage) -> Void
     init(_ body: @escaping (BusMessage) -> Void) { self.body = body }
 }
@@ -160,7 +136,7 @@ private final class SignalHandler {
 /// A received message (a reply or a signal), read front to back like sd-bus reads it. Holds
 /// its own reference, so it may outlive the handler it was given to (on the bus's thread).
 public final class BusMessage {
-    private let message: OpaquePointer
+    let message: OpaquePointer
 
     init(_ message: OpaquePointer) {
         self.message = sd_bus_message_ref(message)
@@ -213,21 +189,21 @@ public final class BusMessage {
         guard r >= 0 else { throw BusConnection.failure(r, "cannot leave a container of a bus message", status: .decode) }
     }
 
-    private func readText(_ type: Character) throws(KeychainError) -> String {
+    func readText(_ type: Character) throws(KeychainError) -> String {
         var text: UnsafePointer<CChar>?
         try readBasic(type, &text)
         guard let text else { throw mismatch(0, "a value of type \(type)") }
         return String(cString: text)
     }
 
-    private func readBasic<T>(_ type: Character, _ value: inout T) throws(KeychainError) {
+    func readBasic<T>(_ type: Character, _ value: inout T) throws(KeychainError) {
         let r = withUnsafeMutablePointer(to: &value) {
             sd_bus_message_read_basic(message, CChar(type.asciiValue!), $0)
         }
         guard r > 0 else { throw mismatch(r, "a value of type \(type)") }
     }
 
-    private func mismatch(_ r: Int32, _ wanted: String) -> KeychainError {
+    func mismatch(_ r: Int32, _ wanted: String) -> KeychainError {
         let what = "\(interface ?? "?").\(member ?? "?")"
         return r < 0 ? BusConnection.failure(r, "\(what): expected \(wanted)", status: .decode)
                      : KeychainError(.decode, "\(what): expected \(wanted), found the end of the message")

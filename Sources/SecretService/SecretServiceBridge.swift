@@ -1,0 +1,176 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import DBus
+import Foundation
+import KeychainClient
+
+/// The Secret Service on one bus connection, backed by keychaind. Runs on the thread that
+/// made it (sd-bus is single-threaded): `serve()` once, then `run()` until the name is lost.
+public final class SecretServiceBridge {
+    public static let busName = "org.freedesktop.secrets"
+
+    static let serviceInterface = "org.freedesktop.Secret.Service"
+    static let collectionInterface = "org.freedesktop.Secret.Collection"
+    static let itemInterface = "org.freedesktop.Secret.Item"
+    static let sessionInterface = "org.freedesktop.Secret.Session"
+    static let propertiesInterface = "org.freedesktop.DBus.Properties"
+
+    let bus: BusConnection
+    let keychain: KeychainConnection
+    var sessions = SessionTable()
+    /// Who each connection is, found out at its first call and dropped when it leaves the bus.
+    var callers: [String: BusCaller] = [:]
+    private var lostName = false
+
+    public init(bus: BusConnection, keychain: KeychainConnection) {
+        self.bus = bus
+        self.keychain = keychain
+    }
+
+    /// Registers the objects and the bus signals the bridge follows. Call before owning the name.
+    public func serve() throws(KeychainError) {
+        try bus.addFallback(SecretObjectPath.root) { [unowned self] in handle($0) }
+        try bus.onSignal(sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                         member: "NameOwnerChanged") { [unowned self] signal in
+            guard let name = try? signal.readString(), let _ = try? signal.readString(),
+                  let newOwner = try? signal.readString(), newOwner.isEmpty, name.hasPrefix(":") else { return }
+            connectionLeft(name)
+        }
+        try bus.onSignal(sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                         member: "NameLost") { [unowned self] signal in
+            if (try? signal.readString()) == Self.busName { lostName = true }
+        }
+    }
+
+    /// Handles calls until the name is lost (another bridge took it with --replace), sending
+    /// keychaind a status call every `keepAliveSeconds` so that its idle timeout spares us.
+    /// Returns normally on loss; throws when the bus or keychaind goes away.
+    public func run(keepAliveSeconds: Double = 240) throws(KeychainError) {
+        var nextKeepAlive = Date().addingTimeInterval(keepAliveSeconds)
+        while true {
+            try bus.processPending()
+            if lostName {
+                sessions.removeAll()
+                return
+            }
+            let now = Date()
+            if now >= nextKeepAlive {
+                _ = try keychain.status()
+                nextKeepAlive = now.addingTimeInterval(keepAliveSeconds)
+            }
+            try bus.waitForMessages(timeoutMicroseconds: UInt64(max(0, nextKeepAlive.timeIntervalSince(now)) * 1_000_000) + 1)
+        }
+    }
+
+    /// A connection left the bus: its sessions (and their keys) and what we knew of it go.
+    func connectionLeft(_ uniqueName: String) {
+        sessions.removeAll(of: uniqueName)
+        callers[uniqueName] = nil
+    }
+
+    // MARK: Dispatch
+
+    /// One method call to a path under /org/freedesktop/secrets. Returns false to let sd-bus
+    /// answer (Introspect, unknown objects and members).
+    func handle(_ call: BusMessage) -> Bool {
+        guard call.isMethodCall, let sender = call.sender, let pathText = call.path,
+              let interface = call.interface, let member = call.member else { return false }
+        if interface == "org.freedesktop.DBus.Introspectable" || interface == "org.freedesktop.DBus.Peer" { return false }
+        guard let path = SecretObjectPath(pathText) else { return false }
+        do {
+            _ = try caller(sender)
+            guard let values = try dispatch(call, path: path, pathText: pathText, interface: interface, member: member, sender: sender) else {
+                return false
+            }
+            try bus.reply(to: call, values)
+        } catch let error as BusErrorReply {
+            try? bus.replyError(to: call, name: error.name, message: error.message)
+        } catch let error as KeychainError {
+            let reply = BusErrorReply(error)
+            try? bus.replyError(to: call, name: reply.name, message: reply.message)
+        } catch {
+            try? bus.replyError(to: call, name: BusErrorReply.failedName, message: "\(error)")
+        }
+        return true
+    }
+
+    /// The caller behind `sender`, identified once per connection.
+    func caller(_ sender: String) throws(BusErrorReply) -> BusCaller {
+        if let known = callers[sender] { return known }
+        let credentials: BusCredentials
+        do {
+            credentials = try bus.credentials(of: sender)
+        } catch {
+            throw .accessDenied("the bus has no credentials for \(sender)")
+        }
+        let caller = try BusCallerReader.identify(credentials, uniqueName: sender)
+        callers[sender] = caller
+        return caller
+    }
+
+    /// The reply's values, or nil for a member this object does not have.
+    func dispatch(_ call: BusMessage, path: SecretObjectPath, pathText: String, interface: String, member: String,
+                  sender: String) throws -> [BusValue]? {
+        if interface == Self.propertiesInterface {
+            return try properties(call, path: path, member: member)
+        }
+        switch (path, interface, member) {
+        case (.service, Self.serviceInterface, "OpenSession"):
+            let algorithm = try call.readString()
+            guard let input = try call.readValue().variantContents else { throw BusErrorReply.invalidArgs("OpenSession's input is not a variant") }
+            let (output, sessionPath) = try sessions.open(algorithm: algorithm, input: input, owner: sender)
+            return [.variant(output), .objectPath(sessionPath)]
+        case (.session(let sessionPath), Self.sessionInterface, "Close"):
+            try sessions.close(sessionPath, of: sender)
+            return []
+        default:
+            return nil
+        }
+    }
+
+    // MARK: Properties
+
+    func properties(_ call: BusMessage, path: SecretObjectPath, member: String) throws -> [BusValue]? {
+        let interface = try call.readString()
+        switch member {
+        case "Get":
+            let name = try call.readString()
+            guard let value = try propertyValues(path: path, interface: interface)?[name] else {
+                throw BusErrorReply.unknownProperty(interface, name)
+            }
+            return [.variant(value)]
+        case "GetAll":
+            guard let values = try propertyValues(path: path, interface: interface) else {
+                throw BusErrorReply(name: BusErrorReply.unknownInterfaceName, "there is no interface \(interface) here")
+            }
+            return [.variantDictionary(values)]
+        case "Set":
+            let name = try call.readString()
+            guard let value = try call.readValue().variantContents else { throw BusErrorReply.invalidArgs("Set's value is not a variant") }
+            try setProperty(path: path, interface: interface, name: name, value: value)
+            return []
+        default:
+            return nil
+        }
+    }
+
+    /// Every property of `interface` on `path` (nil: no such interface there).
+    func propertyValues(path: SecretObjectPath, interface: String) throws -> [String: BusValue]? {
+        switch (path, interface) {
+        case (.service, Self.serviceInterface):
+            return ["Collections": .objectPaths(CollectionName.allCases.map(\.path))]
+        case (.session, Self.sessionInterface):
+            return [:]
+        default:
+            return nil
+        }
+    }
+
+    func setProperty(path: SecretObjectPath, interface: String, name: String, value: BusValue) throws {
+        guard let known = try propertyValues(path: path, interface: interface), known[name] != nil else {
+            throw BusErrorReply.unknownProperty(interface, name)
+        }
+        throw BusErrorReply.propertyReadOnly(name)
+    }
+}

@@ -1,0 +1,76 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ArgumentParser
+import CSystemShim
+import DBus
+import Foundation
+import KeychainClient
+import SecretService
+
+/// The thin main of the Secret Service bridge (docs/secret-service.md).
+struct SecretServiceCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "keychain-secret-service",
+        abstract: "Serves the freedesktop Secret Service (org.freedesktop.secrets) on the session bus from keychaind.",
+        discussion: """
+        Connects to keychaind like any client (--socket, else $KEYCHAIN_SOCKET, else the default path) and to \
+        the session bus ($DBUS_SESSION_BUS_ADDRESS, else $XDG_RUNTIME_DIR/bus), then owns org.freedesktop.secrets. \
+        If another program owns it, it names that program and exits with status 2, unless --replace is given \
+        and the owner allows replacement. Exits with 0 when another bridge takes the name over, and with 1 when \
+        keychaind or the bus goes away.
+        """,
+        version: KeychainVersion.current)
+
+    @Option(help: "keychaind's socket (default: $KEYCHAIN_SOCKET, else the default path).")
+    var socket: String?
+
+    @Option(name: .customLong("trust-uid"), help: "Also talk to a keychaind running as this uid or user (default: $KEYCHAIN_TRUST_UID).")
+    var trustUID: String?
+
+    @Flag(help: "Take org.freedesktop.secrets over from its owner (gnome-keyring allows that).")
+    var replace = false
+
+    static let nameTakenExitStatus: Int32 = 2
+
+    func run() throws {
+        ensureBacktracesDisabled()
+        let keychain = KeychainConnection(socketPath: socket, trust: try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) })
+        do {
+            // Connect before turning dumpable off: keychaind reads our executable at accept.
+            _ = try keychain.status()
+        } catch {
+            fail("cannot reach keychaind at \(keychain.socketPath): \(error.message)")
+        }
+        guard csystem_harden_process() == 0 else { fail("cannot make the process non-dumpable: \(String(cString: strerror(errno)))") }
+        signal(SIGPIPE, SIG_IGN)
+        do {
+            let bus = try BusConnection(.user)
+            let bridge = SecretServiceBridge(bus: bus, keychain: keychain)
+            try bridge.serve()
+            if case .taken(let message) = try NameClaim.claim(SecretServiceBridge.busName, on: bus, replace: replace) {
+                FileHandle.standardError.write(Data("keychain-secret-service: \(message)\n".utf8))
+                Foundation.exit(Self.nameTakenExitStatus)
+            }
+            try bridge.run()
+            FileHandle.standardError.write(Data("keychain-secret-service: another program took \(SecretServiceBridge.busName); exiting\n".utf8))
+        } catch {
+            fail(error.message)
+        }
+    }
+
+    /// Swift's crash backtracer prints memory where session keys may be: it must be off before
+    /// the runtime could use it, so re-exec with it off (as keychaind does).
+    private func ensureBacktracesDisabled() {
+        if let v = getenv("SWIFT_BACKTRACE"), String(cString: v) == "enable=no" { return }
+        setenv("SWIFT_BACKTRACE", "enable=no", 1)
+        execv("/proc/self/exe", CommandLine.unsafeArgv)
+    }
+
+    private func fail(_ message: String) -> Never {
+        FileHandle.standardError.write(Data("keychain-secret-service: \(message)\n".utf8))
+        Foundation.exit(1)
+    }
+}
+
+SecretServiceCommand.main()
