@@ -65,8 +65,9 @@ public final class SecretServiceBridge {
 
     /// A connection left the bus: its sessions (and their keys) and what we knew of it go.
     func connectionLeft(_ uniqueName: String) {
-        sessions.removeAll(of: uniqueName)
+        let closed = sessions.removeAll(of: uniqueName)
         callers[uniqueName] = nil
+        if closed > 0 { BridgeLog.info("\(uniqueName) left the bus: closed its \(closed) session(s)") }
     }
 
     // MARK: Dispatch

@@ -99,11 +99,12 @@ struct SessionTable {
         if counts[sender] == 0 { counts[sender] = nil }
     }
 
-    /// Every session of a connection that left the bus (its keys go with them).
-    mutating func removeAll(of owner: String) {
-        guard counts[owner] != nil else { return }
+    /// Every session of a connection that left the bus (its keys go with them); how many.
+    mutating func removeAll(of owner: String) -> Int {
+        guard let count = counts[owner] else { return 0 }
         sessions = sessions.filter { $0.value.owner != owner }
         counts[owner] = nil
+        return count
     }
 
     mutating func removeAll() {

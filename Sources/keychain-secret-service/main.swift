@@ -49,11 +49,11 @@ struct SecretServiceCommand: ParsableCommand {
             let bridge = SecretServiceBridge(bus: bus, keychain: keychain)
             try bridge.serve()
             if case .taken(let message) = try NameClaim.claim(SecretServiceBridge.busName, on: bus, replace: replace) {
-                FileHandle.standardError.write(Data("keychain-secret-service: \(message)\n".utf8))
+                BridgeLog.error(message)
                 Foundation.exit(Self.nameTakenExitStatus)
             }
             try bridge.run()
-            FileHandle.standardError.write(Data("keychain-secret-service: another program took \(SecretServiceBridge.busName); exiting\n".utf8))
+            BridgeLog.info("another program took \(SecretServiceBridge.busName); exiting")
         } catch {
             fail(error.message)
         }
@@ -68,7 +68,7 @@ struct SecretServiceCommand: ParsableCommand {
     }
 
     private func fail(_ message: String) -> Never {
-        FileHandle.standardError.write(Data("keychain-secret-service: \(message)\n".utf8))
+        BridgeLog.error(message)
         Foundation.exit(1)
     }
 }

@@ -1,0 +1,12 @@
+import Foundation
+
+/// The bridge's log: lines on standard error (journald's stream under systemd). Never a
+/// secret, an attribute value or a label: paths, unique names, counts and errors only.
+public enum BridgeLog {
+    public static func info(_ line: String) { write(line) }
+    public static func error(_ line: String) { write(line) }
+
+    private static func write(_ line: String) {
+        FileHandle.standardError.write(Data("keychain-secret-service: \(line)\n".utf8))
+    }
+}

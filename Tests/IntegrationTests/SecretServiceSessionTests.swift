@@ -1,0 +1,115 @@
+import Foundation
+import KeychainModel
+import Testing
+
+/// The bridge's bus side (design slice 1): owning org.freedesktop.secrets, and transfer
+/// sessions as libsecret and secretstorage open them, against a real dbus-daemon, keychaind
+/// and keychain-secret-service.
+@Suite("Secret Service: name and sessions")
+struct SecretServiceSessionTests {
+    @Test func secretstorageOpensADHAndAPlainSession() throws {
+        let setup = try SecretServiceSetup()
+        let opened = try setup.pythonJSON("sessions.py", ["open"])
+        let dh = try #require(opened["dh"] as? String)
+        let plain = try #require(opened["plain"] as? String)
+        #expect(dh.hasPrefix("/org/freedesktop/secrets/session/") && plain.hasPrefix("/org/freedesktop/secrets/session/"))
+        #expect(dh != plain)
+    }
+
+    @Test func sessionEdgeCasesGetTheSecretServiceErrors() throws {
+        let setup = try SecretServiceSetup()
+        let results = try setup.pythonJSON("sessions.py", ["edge"]) as? [String: String]
+        #expect(results == [
+            "unknown algorithm": "org.freedesktop.DBus.Error.NotSupported",
+            "empty public value": "org.freedesktop.DBus.Error.InvalidArgs",
+            "public value 1": "org.freedesktop.DBus.Error.InvalidArgs",
+            "public value p-1": "org.freedesktop.DBus.Error.InvalidArgs",
+            "129-byte public value": "org.freedesktop.DBus.Error.InvalidArgs",
+            "string for DH": "org.freedesktop.DBus.Error.InvalidArgs",
+            "1-byte public value": "ok",
+            "close by another connection": "org.freedesktop.Secret.Error.NoSession",
+            "close by its own": "ok",
+            "close twice": "org.freedesktop.Secret.Error.NoSession",
+            "seventeenth session": "org.freedesktop.DBus.Error.LimitsExceeded",
+        ])
+    }
+
+    @Test func aConnectionsSessionsCloseWhenItLeavesTheBus() throws {
+        let setup = try SecretServiceSetup()
+        _ = try setup.pythonJSON("sessions.py", ["leave"])
+        try waitUntil(timeout: 10, "the bridge to close the sessions") {
+            setup.bridge.log.contains("left the bus: closed its 2 session(s)")
+        }
+    }
+
+    @Test func aTakenNameIsReportedWithItsOwnerAndExitStatus2() throws {
+        let setup = try SecretServiceSetup(startBridge: false)
+        let owner = try NameOwner(setup, allowReplacement: false)
+        let bridge = try setup.startedBridge(waitForName: false)
+        #expect(try bridge.exitStatus() == 2)
+        #expect(bridge.log.contains("org.freedesktop.secrets is owned by \(owner.uniqueName) (pid \(owner.pid)"), "\(bridge.log)")
+        #expect(bridge.log.contains("stop it or run with --replace"))
+    }
+
+    @Test func replaceDoesNotTakeTheNameFromAnOwnerThatRefuses() throws {
+        let setup = try SecretServiceSetup(startBridge: false)
+        let owner = try NameOwner(setup, allowReplacement: false)
+        let bridge = try setup.startedBridge(["--replace"], waitForName: false)
+        #expect(try bridge.exitStatus() == 2)
+        #expect(bridge.log.contains("owned by \(owner.uniqueName) (pid \(owner.pid)"))
+        #expect(bridge.log.contains("does not allow replacement"))
+    }
+
+    @Test func replaceTakesTheNameOverAndTheOldOwnerLosesIt() throws {
+        let setup = try SecretServiceSetup(startBridge: false)
+        let owner = try NameOwner(setup, allowReplacement: true)
+        let bridge = try setup.startedBridge(["--replace"])
+        #expect(bridge.isRunning)
+        #expect(owner.nextLine() == "lost")
+    }
+
+    @Test func aBridgeThatLosesTheNameExitsWith0() throws {
+        let setup = try SecretServiceSetup()
+        let first = setup.bridge
+        let second = try setup.startedBridge(["--replace"])
+        #expect(try first.exitStatus() == 0)
+        #expect(second.isRunning)
+    }
+}
+
+/// Tests/SecretServiceScripts/name_owner.py: another program owning org.freedesktop.secrets.
+final class NameOwner {
+    private let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+    private(set) var uniqueName = ""
+    private(set) var pid: Int32 = 0
+
+    init(_ setup: SecretServiceSetup, allowReplacement: Bool) throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [SecretServiceScripts.path("name_owner.py")] + (allowReplacement ? ["allow"] : [])
+        process.environment = setup.environment
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        let words = (nextLine() ?? "").split(separator: " ")
+        guard words.count == 3, words[0] == "ready" else { throw KeychainError(.io, "name_owner.py did not get the name") }
+        uniqueName = String(words[1])
+        pid = Int32(words[2]) ?? 0
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+
+    func nextLine() -> String? {
+        var line: [UInt8] = []
+        while true {
+            let byte = output.fileHandleForReading.readData(ofLength: 1)
+            guard let b = byte.first else { return line.isEmpty ? nil : String(decoding: line, as: UTF8.self) }
+            if b == 10 { return String(decoding: line, as: UTF8.self) }
+            line.append(b)
+        }
+    }
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+# Opens Secret Service sessions the ways clients do and the ways they must not, for
+# Tests/IntegrationTests/SecretServiceSessionTests.swift. Prints one JSON object.
+#   open   -> {"dh": path, "plain": path}: secretstorage's own DH session, and a plain one
+#   edge   -> {case: "ok" or the D-Bus error name} for the edge cases below
+#   leave  -> opens two sessions, prints {"sessions": [paths]} and exits (its connection goes)
+import json
+import sys
+
+from jeepney import DBusAddress, new_method_call
+from jeepney.io.blocking import open_dbus_connection
+from jeepney.wrappers import DBusErrorResponse, unwrap_msg
+from secretstorage.dhcrypto import DH_PRIME_1024, int_to_bytes
+import secretstorage
+import secretstorage.util
+
+SERVICE = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets",
+                      interface="org.freedesktop.Secret.Service")
+DH = "dh-ietf1024-sha256-aes128-cbc-pkcs7"
+
+
+def call(conn, address, member, signature=None, body=()):
+    return unwrap_msg(conn.send_and_get_reply(new_method_call(address, member, signature, body)))
+
+
+def outcome(conn, address, member, signature=None, body=()):
+    try:
+        call(conn, address, member, signature, body)
+        return "ok"
+    except DBusErrorResponse as error:
+        return error.name
+
+
+def open_session(conn, algorithm, value):
+    return call(conn, SERVICE, "OpenSession", "sv", (algorithm, value))[1]
+
+
+def session_address(path):
+    return DBusAddress(path, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Session")
+
+
+command = sys.argv[1]
+conn = open_dbus_connection(bus="SESSION")
+if command == "open":
+    session = secretstorage.util.open_session(conn)
+    assert session.encrypted and len(session.aes_key) == 16
+    plain = open_session(conn, "plain", ("s", ""))
+    print(json.dumps({"dh": session.object_path, "plain": plain}))
+elif command == "edge":
+    results = {}
+    results["unknown algorithm"] = outcome(conn, SERVICE, "OpenSession", "sv", ("rot13", ("s", "")))
+    results["empty public value"] = outcome(conn, SERVICE, "OpenSession", "sv", (DH, ("ay", b"")))
+    results["public value 1"] = outcome(conn, SERVICE, "OpenSession", "sv", (DH, ("ay", b"\x01")))
+    results["public value p-1"] = outcome(conn, SERVICE, "OpenSession", "sv", (DH, ("ay", int_to_bytes(DH_PRIME_1024 - 1))))
+    results["129-byte public value"] = outcome(conn, SERVICE, "OpenSession", "sv", (DH, ("ay", b"\x02" * 129)))
+    results["string for DH"] = outcome(conn, SERVICE, "OpenSession", "sv", (DH, ("s", "")))
+    results["1-byte public value"] = outcome(conn, SERVICE, "OpenSession", "sv", (DH, ("ay", b"\x02")))
+    mine = open_session(conn, "plain", ("s", ""))
+    other = open_dbus_connection(bus="SESSION")
+    results["close by another connection"] = outcome(other, session_address(mine), "Close")
+    results["close by its own"] = outcome(conn, session_address(mine), "Close")
+    results["close twice"] = outcome(conn, session_address(mine), "Close")
+    for _ in range(16):
+        open_session(other, "plain", ("s", ""))
+    results["seventeenth session"] = outcome(other, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+    print(json.dumps(results))
+elif command == "leave":
+    paths = [open_session(conn, "plain", ("s", "")), open_session(conn, DH, ("ay", b"\x02"))]
+    print(json.dumps({"sessions": paths}))
