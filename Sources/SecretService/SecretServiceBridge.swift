@@ -18,14 +18,20 @@ public final class SecretServiceBridge {
 
     let bus: BusConnection
     let keychain: KeychainConnection
+    /// The class of new login items: "ck" (after first unlock, the default) or "ak" (when unlocked).
+    let protection: String
     var sessions = SessionTable()
+    var sessionItems = SessionCollection()
     /// Who each connection is, found out at its first call and dropped when it leaves the bus.
-    var callers: [String: BusCaller] = [:]
+    var callers: [String: KnownCaller] = [:]
+    /// The login collection's Modified: the bridge's last change to it.
+    var loginModified = UInt64(Date().timeIntervalSince1970)
     private var lostName = false
 
-    public init(bus: BusConnection, keychain: KeychainConnection) {
+    public init(bus: BusConnection, keychain: KeychainConnection, protection: String = "ck") {
         self.bus = bus
         self.keychain = keychain
+        self.protection = protection
     }
 
     /// Registers the objects and the bus signals the bridge follows. Call before owning the name.
@@ -67,7 +73,7 @@ public final class SecretServiceBridge {
     func connectionLeft(_ uniqueName: String) {
         let closed = sessions.removeAll(of: uniqueName)
         callers[uniqueName] = nil
-        if closed > 0 { BridgeLog.info("\(uniqueName) left the bus: closed its \(closed) session(s)") }
+        if closed > 0 { BridgeLog.debug("\(uniqueName) left the bus: closed its \(closed) session(s)") }
     }
 
     // MARK: Dispatch
@@ -80,7 +86,7 @@ public final class SecretServiceBridge {
         if interface == "org.freedesktop.DBus.Introspectable" || interface == "org.freedesktop.DBus.Peer" { return false }
         guard let path = SecretObjectPath(pathText) else { return false }
         do {
-            _ = try caller(sender)
+                try caller(sender)
             guard let values = try dispatch(call, path: path, pathText: pathText, interface: interface, member: member, sender: sender) else {
                 return false
             }
@@ -97,7 +103,8 @@ public final class SecretServiceBridge {
     }
 
     /// The caller behind `sender`, identified once per connection.
-    func caller(_ sender: String) throws(BusErrorReply) -> BusCaller {
+    @discardableResult
+    func caller(_ sender: String) throws(BusErrorReply) -> KnownCaller {
         if let known = callers[sender] { return known }
         let credentials: BusCredentials
         do {
@@ -106,15 +113,34 @@ public final class SecretServiceBridge {
             throw .accessDenied("the bus has no credentials for \(sender)")
         }
         let caller = try BusCallerReader.identify(credentials, uniqueName: sender)
-        callers[sender] = caller
-        return caller
+        let known = KnownCaller(identity: CallerIdentity(pid: caller.pid, startTime: caller.startTime))
+        callers[sender] = known
+        return known
+    }
+
+    /// keychaind's calls for `sender` (op 16: decided with the caller's groups).
+    func delegated(_ sender: String) throws(BusErrorReply) -> DelegatedKeychain {
+        keychain.onBehalf(of: try caller(sender).identity)
+    }
+
+    func login(_ sender: String) throws(BusErrorReply) -> LoginCollection {
+        LoginCollection(keychain: try delegated(sender), protection: protection)
+    }
+
+    /// The caller's access groups as keychaind gives them (for the session collection), asked once.
+    func groups(_ sender: String) throws -> [String] {
+        if let groups = try caller(sender).groups { return groups }
+        let text = try delegated(sender).status()["groups"]?.stringValue ?? ""
+        let groups = text.split(separator: ",").map(String.init)
+        callers[sender]?.groups = groups
+        return groups
     }
 
     /// The reply's values, or nil for a member this object does not have.
     func dispatch(_ call: BusMessage, path: SecretObjectPath, pathText: String, interface: String, member: String,
                   sender: String) throws -> [BusValue]? {
         if interface == Self.propertiesInterface {
-            return try properties(call, path: path, member: member)
+            return try properties(call, path: path, member: member, sender: sender)
         }
         switch (path, interface, member) {
         case (.service, Self.serviceInterface, "OpenSession"):
@@ -125,6 +151,12 @@ public final class SecretServiceBridge {
         case (.session(let sessionPath), Self.sessionInterface, "Close"):
             try sessions.close(sessionPath, of: sender)
             return []
+        case (.service, Self.serviceInterface, _):
+            return try serviceCall(call, member: member, sender: sender)
+        case (.collection(let collection), Self.collectionInterface, _):
+            return try collectionCall(call, collection, member: member, sender: sender)
+        case (.item(let collection, let id), Self.itemInterface, _):
+            return try itemCall(call, collection, id: id, member: member, sender: sender)
         default:
             return nil
         }
@@ -132,46 +164,34 @@ public final class SecretServiceBridge {
 
     // MARK: Properties
 
-    func properties(_ call: BusMessage, path: SecretObjectPath, member: String) throws -> [BusValue]? {
+    func properties(_ call: BusMessage, path: SecretObjectPath, member: String, sender: String) throws -> [BusValue]? {
         let interface = try call.readString()
         switch member {
         case "Get":
             let name = try call.readString()
-            guard let value = try propertyValues(path: path, interface: interface)?[name] else {
+            guard let value = try propertyValues(path: path, interface: interface, sender: sender)?[name] else {
                 throw BusErrorReply.unknownProperty(interface, name)
             }
             return [.variant(value)]
         case "GetAll":
-            guard let values = try propertyValues(path: path, interface: interface) else {
+            guard let values = try propertyValues(path: path, interface: interface, sender: sender) else {
                 throw BusErrorReply(name: BusErrorReply.unknownInterfaceName, "there is no interface \(interface) here")
             }
             return [.variantDictionary(values)]
         case "Set":
             let name = try call.readString()
             guard let value = try call.readValue().variantContents else { throw BusErrorReply.invalidArgs("Set's value is not a variant") }
-            try setProperty(path: path, interface: interface, name: name, value: value)
+            try setProperty(path: path, interface: interface, name: name, value: value, sender: sender)
             return []
         default:
             return nil
         }
     }
 
-    /// Every property of `interface` on `path` (nil: no such interface there).
-    func propertyValues(path: SecretObjectPath, interface: String) throws -> [String: BusValue]? {
-        switch (path, interface) {
-        case (.service, Self.serviceInterface):
-            return ["Collections": .objectPaths(CollectionName.allCases.map(\.path))]
-        case (.session, Self.sessionInterface):
-            return [:]
-        default:
-            return nil
-        }
-    }
+}
 
-    func setProperty(path: SecretObjectPath, interface: String, name: String, value: BusValue) throws {
-        guard let known = try propertyValues(path: path, interface: interface), known[name] != nil else {
-            throw BusErrorReply.unknownProperty(interface, name)
-        }
-        throw BusErrorReply.propertyReadOnly(name)
-    }
+/// What the bridge knows of a connection: who it is, and (once asked) its access groups.
+struct KnownCaller {
+    let identity: CallerIdentity
+    var groups: [String]?
 }

@@ -31,10 +31,21 @@ struct SecretServiceCommand: ParsableCommand {
     @Flag(help: "Take org.freedesktop.secrets over from its owner (gnome-keyring allows that).")
     var replace = false
 
+    @Option(help: "Class of new items: ck (readable from the first unlock until logout, like a login keyring; the default) or ak (only while unlocked).")
+    var protection = "ck"
+
+    @Flag(help: "Also log routine events (sessions closed as their connection leaves the bus).")
+    var verbose = false
+
     static let nameTakenExitStatus: Int32 = 2
+
+    func validate() throws {
+        guard protection == "ck" || protection == "ak" else { throw ValidationError("--protection is ck or ak") }
+    }
 
     func run() throws {
         ensureBacktracesDisabled()
+        BridgeLog.verbose.store(verbose, ordering: .relaxed)
         let keychain = KeychainConnection(socketPath: socket, trust: try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) })
         do {
             // Connect before turning dumpable off: keychaind reads our executable at accept.
@@ -46,7 +57,7 @@ struct SecretServiceCommand: ParsableCommand {
         signal(SIGPIPE, SIG_IGN)
         do {
             let bus = try BusConnection(.user)
-            let bridge = SecretServiceBridge(bus: bus, keychain: keychain)
+            let bridge = SecretServiceBridge(bus: bus, keychain: keychain, protection: protection)
             try bridge.serve()
             if case .taken(let message) = try NameClaim.claim(SecretServiceBridge.busName, on: bus, replace: replace) {
                 BridgeLog.error(message)

@@ -79,7 +79,7 @@ final class RunningBridge: @unchecked Sendable {
         logPath = setup.daemon.root + "/bridge-\(UInt32.random(in: 0...UInt32.max)).log"
         FileManager.default.createFile(atPath: logPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: Binaries.directory + "/keychain-secret-service")
-        process.arguments = ["--socket", setup.daemon.socketPath] + arguments
+        process.arguments = ["--socket", setup.daemon.socketPath, "--verbose"] + arguments
         process.environment = setup.environment
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         process.standardError = log

@@ -1,0 +1,311 @@
+import DBus
+import Foundation
+import KeychainClient
+
+/// The Secret Service's item calls (design 1.4–1.7): Service, Collection and Item members,
+/// their properties, and the signals that follow changes.
+extension SecretServiceBridge {
+    static let labelProperty = "org.freedesktop.Secret.Item.Label"
+    static let attributesProperty = "org.freedesktop.Secret.Item.Attributes"
+    /// What gnome-keyring stores when a client (secret-tool) names no schema.
+    static let genericSchema = "org.freedesktop.Secret.Generic"
+    static let maxContentTypeBytes = 255
+
+    // MARK: Service
+
+    func serviceCall(_ call: BusMessage, member: String, sender: String) throws -> [BusValue]? {
+        switch member {
+        case "SearchItems":
+            let pairs = try readAttributes(call)
+            var unlocked: [String] = [], locked: [String] = []
+            for row in try login(sender).search(pairs) {
+                guard let id = ItemID(persistentRef: row.persistentRef) else { continue }
+                if row.locked { locked.append(CollectionName.login.itemPath(id.hex)) } else { unlocked.append(CollectionName.login.itemPath(id.hex)) }
+            }
+            unlocked += sessionItems.search(pairs, groups: try groups(sender)).map(CollectionName.session.itemPath)
+            return [.objectPaths(unlocked), .objectPaths(locked)]
+        case "GetSecrets":
+            guard case .array("o", let paths) = try call.readValue() else { throw BusErrorReply.invalidArgs("GetSecrets takes an array of item paths") }
+            let sessionPath = try call.readObjectPath()
+            let session = try sessions.session(sessionPath, of: sender)
+            var secrets: [BusValue] = []
+            for case .objectPath(let path) in paths {
+                guard case .item(let collection, let id)? = SecretObjectPath(path) else { continue }
+                // Missing, foreign and locked items are left out (libsecret asks for unlocked ones).
+                guard let secret = try? secretStruct(collection, id: id, session: session, sessionPath: sessionPath, sender: sender) else { continue }
+                secrets.append(.entry(.objectPath(path), secret))
+            }
+            return [.array(element: "{o(oayays)}", secrets)]
+        case "ReadAlias":
+            let alias = try call.readString()
+            return [.objectPath(CollectionName(alias: alias)?.path ?? "/")]
+        case "SetAlias":
+            throw BusErrorReply.notSupported("aliases are fixed: default and login name the collection login")
+        case "CreateCollection":
+            _ = try call.readValue()
+            let alias = try call.readString()
+            guard CollectionName(alias: alias) == .login else {
+                throw BusErrorReply.notSupported("only the collections login (alias default) and session exist")
+            }
+            return [.objectPath(CollectionName.login.path), .objectPath("/")]
+        case "Unlock":
+            guard case .array("o", let objects) = try call.readValue() else { throw BusErrorReply.invalidArgs("Unlock takes an array of paths") }
+            guard try keychainState() == "unlocked" else {
+                throw BusErrorReply(name: BusErrorReply.isLockedName, "the keychain is locked and this Secret Service cannot prompt: run `keychain unlock`")
+            }
+            return [.array(element: "o", objects), .objectPath("/")]
+        case "Lock":
+            // Locking is keychaind's (`keychain lock`, auto-lock); nothing is locked from here.
+            _ = try call.readValue()
+            return [.objectPaths([]), .objectPath("/")]
+        default:
+            return nil
+        }
+    }
+
+    // MARK: Collection
+
+    func collectionCall(_ call: BusMessage, _ collection: CollectionName, member: String, sender: String) throws -> [BusValue]? {
+        switch member {
+        case "SearchItems":
+            return [.objectPaths(try itemPaths(collection, try readAttributes(call), sender: sender))]
+        case "CreateItem":
+            guard let properties = try call.readValue().variantDictionaryValue else {
+                throw BusErrorReply.invalidArgs("CreateItem's properties are not an a{sv}")
+            }
+            let secret = try readSecret(call, sender: sender)
+            let replace = try call.readBool()
+            let label = properties[Self.labelProperty]?.stringValue ?? ""
+            var attributes = properties[Self.attributesProperty]?.stringDictionaryValue ?? [:]
+            if attributes["xdg:schema"] == nil { attributes["xdg:schema"] = Self.genericSchema }
+            let pairs = try SecretServiceAttributes(attributes)
+            let created: (id: String, replaced: Bool)
+            switch collection {
+            case .login:
+                created = try login(sender).create(label: label, attributes: pairs, contentType: secret.contentType,
+                                                   secret: secret.value, replace: replace)
+                loginModified = UInt64(Date().timeIntervalSince1970)
+            case .session:
+                created = try sessionItems.create(label: label, attributes: pairs, contentType: secret.contentType,
+                                                  secret: secret.value, replace: replace, groups: try groups(sender))
+            }
+            let path = collection.itemPath(created.id)
+            itemsChanged(collection, created.replaced ? "ItemChanged" : "ItemCreated", path)
+            return [.objectPath(path), .objectPath("/")]
+        case "Delete":
+            throw BusErrorReply.notSupported("the collections login and session cannot be deleted")
+        default:
+            return nil
+        }
+    }
+
+    func itemPaths(_ collection: CollectionName, _ pairs: SecretServiceAttributes, sender: String) throws -> [String] {
+        switch collection {
+        case .login:
+            return try login(sender).search(pairs).compactMap { ItemID(persistentRef: $0.persistentRef).map { collection.itemPath($0.hex) } }
+        case .session:
+            return sessionItems.search(pairs, groups: try groups(sender)).map(collection.itemPath)
+        }
+    }
+
+    // MARK: Item
+
+    func itemCall(_ call: BusMessage, _ collection: CollectionName, id: String, member: String, sender: String) throws -> [BusValue]? {
+        let path = collection.itemPath(id)
+        switch member {
+        case "GetSecret":
+            let sessionPath = try call.readObjectPath()
+            let session = try sessions.session(sessionPath, of: sender)
+            return [try secretStruct(collection, id: id, session: session, sessionPath: sessionPath, sender: sender)]
+        case "SetSecret":
+            let secret = try readSecret(call, sender: sender)
+            switch collection {
+            case .login:
+                try login(sender).update(try loginID(id), ["v_Data": .data(secret.value), "xsct": .string(secret.contentType)])
+                loginModified = UInt64(Date().timeIntervalSince1970)
+            case .session:
+                try sessionItems.update(id, groups: try groups(sender)) {
+                    $0.secret = secret.value
+                    $0.contentType = secret.contentType
+                }
+            }
+            itemsChanged(collection, "ItemChanged", path)
+            return []
+        case "Delete":
+            switch collection {
+            case .login:
+                try login(sender).delete(try loginID(id))
+                loginModified = UInt64(Date().timeIntervalSince1970)
+            case .session:
+                try sessionItems.delete(id, groups: try groups(sender))
+            }
+            itemsChanged(collection, "ItemDeleted", path)
+            return [.objectPath("/")]
+        default:
+            return nil
+        }
+    }
+
+    /// The (oayays) of one item for a session: IsLocked, NoSuchObject as keychaind says.
+    func secretStruct(_ collection: CollectionName, id: String, session: TransferSession, sessionPath: String,
+                      sender: String) throws -> BusValue {
+        let value: SecretBytes, contentType: String
+        switch collection {
+        case .login:
+            let attributes = try login(sender).item(try loginID(id), secret: true)
+            value = attributes["v_Data"]?.bytesValue ?? .empty
+            contentType = attributes["xsct"]?.stringValue ?? "text/plain"
+        case .session:
+            let item = try sessionItems.item(id, groups: try groups(sender))
+            value = item.secret
+            contentType = item.contentType
+        }
+        let encoded = try session.encode(value)
+        return .structure([.objectPath(sessionPath), .bytes(encoded.parameters), encoded.value, .string(contentType)])
+    }
+
+    func loginID(_ id: String) throws(BusErrorReply) -> ItemID {
+        guard let itemID = ItemID(hex: id) else { throw .noSuchObject(CollectionName.login.itemPath(id)) }
+        return itemID
+    }
+
+    // MARK: Properties
+
+    /// Every property of `interface` on `path` (nil: no such interface there).
+    func propertyValues(path: SecretObjectPath, interface: String, sender: String) throws -> [String: BusValue]? {
+        switch (path, interface) {
+        case (.service, Self.serviceInterface):
+            return ["Collections": .objectPaths(CollectionName.allCases.map(\.path))]
+        case (.session, Self.sessionInterface):
+            return [:]
+        case (.collection(let collection), Self.collectionInterface):
+            let items = BusValue.objectPaths(try itemPaths(collection, SecretServiceAttributes([:]), sender: sender))
+            switch collection {
+            case .login:
+                return ["Items": items, "Label": .string("Login"), "Locked": .bool(try keychainState() != "unlocked"),
+                        "Created": .uint64(0), "Modified": .uint64(loginModified)]
+            case .session:
+                return ["Items": items, "Label": .string("Session"), "Locked": .bool(false),
+                        "Created": .uint64(0), "Modified": .uint64(0)]
+            }
+        case (.item(let collection, let id), Self.itemInterface):
+            return try itemProperties(collection, id: id, sender: sender)
+        default:
+            return nil
+        }
+    }
+
+    func itemProperties(_ collection: CollectionName, id: String, sender: String) throws -> [String: BusValue] {
+        switch collection {
+        case .login:
+            let itemID = try loginID(id)
+            let login = try login(sender)
+            let opened = Result { () throws(KeychainError) in try login.item(itemID) }
+            if case .failure(let error) = opened, error.status == .interactionNotAllowed {
+                // GetAll must not fail on a locked item (libsecret loads items with it).
+                let row = try login.row(itemID)
+                return ["Label": .string(""), "Attributes": .stringDictionary([:]), "Locked": .bool(true),
+                        "Created": .uint64(UInt64(max(0, row.created))), "Modified": .uint64(UInt64(max(0, row.modified)))]
+            }
+            let attributes = try opened.get()
+            var pairs: [String: String] = [:]
+            if let encoded = attributes["xsat"]?.bytesValue {
+                pairs = try SecretServiceAttributes(encoded: Array(encoded)).dictionary
+            }
+            return ["Label": .string(text(attributes["labl"])), "Attributes": .stringDictionary(pairs),
+                    "Locked": .bool(false), "Created": .uint64(unixTime(attributes["cdat"])),
+                    "Modified": .uint64(unixTime(attributes["mdat"]))]
+        case .session:
+            let item = try sessionItems.item(id, groups: try groups(sender))
+            return ["Label": .string(item.label), "Attributes": .stringDictionary(item.attributes.dictionary),
+                    "Locked": .bool(false), "Created": .uint64(item.created), "Modified": .uint64(item.modified)]
+        }
+    }
+
+    func setProperty(path: SecretObjectPath, interface: String, name: String, value: BusValue, sender: String) throws {
+        guard case .item(let collection, let id) = path, interface == Self.itemInterface, name == "Label" || name == "Attributes" else {
+            guard let known = try propertyValues(path: path, interface: interface, sender: sender), known[name] != nil else {
+                throw BusErrorReply.unknownProperty(interface, name)
+            }
+            throw BusErrorReply.propertyReadOnly(name)
+        }
+        var label: String?, pairs: SecretServiceAttributes?
+        if name == "Label" {
+            guard let text = value.stringValue else { throw BusErrorReply.invalidArgs("Label is a string") }
+            label = text
+        } else {
+            guard let dictionary = value.stringDictionaryValue else { throw BusErrorReply.invalidArgs("Attributes is an a{ss}") }
+            pairs = try SecretServiceAttributes(dictionary)
+        }
+        switch collection {
+        case .login:
+            var changes: AttributeDictionary = [:]
+            if let label { changes["labl"] = .string(label) }
+            if let pairs { changes["xsat"] = .data(pairs.encoded) }
+            try login(sender).update(try loginID(id), changes)
+            loginModified = UInt64(Date().timeIntervalSince1970)
+        case .session:
+            try sessionItems.update(id, groups: try groups(sender)) {
+                if let label { $0.label = label }
+                if let pairs { $0.attributes = pairs }
+            }
+        }
+        itemsChanged(collection, "ItemChanged", collection.itemPath(id))
+    }
+
+    // MARK: Helpers
+
+    /// a{ss} as the canonical set; over a limit of design 1.2: InvalidArgs.
+    func readAttributes(_ call: BusMessage) throws -> SecretServiceAttributes {
+        guard let dictionary = try call.readValue().stringDictionaryValue else {
+            throw BusErrorReply.invalidArgs("the attributes are not an a{ss}")
+        }
+        return try SecretServiceAttributes(dictionary)
+    }
+
+    /// A (oayays) from the caller, decoded with its session.
+    func readSecret(_ call: BusMessage, sender: String) throws -> (value: SecretBytes, contentType: String) {
+        try call.enterContainer(.structure, signature: "oayays")
+        let sessionPath = try call.readObjectPath()
+        let parameters = try call.readBytes()
+        let value = try call.readSecretBytes()
+        var contentType = try call.readString()
+        try call.exitContainer()
+        let session = try sessions.session(sessionPath, of: sender)
+        guard contentType.utf8.count <= Self.maxContentTypeBytes else {
+            throw BusErrorReply.invalidArgs("the content type is over \(Self.maxContentTypeBytes) bytes")
+        }
+        if contentType.isEmpty { contentType = "text/plain" }
+        return (try session.decode(parameters: parameters, value: value), contentType)
+    }
+
+    /// ItemCreated/Changed/Deleted, then PropertiesChanged for Items. Items goes as
+    /// invalidated, not with its value: each caller's list is its own, and a broadcast would
+    /// show one app's paths to every other.
+    func itemsChanged(_ collection: CollectionName, _ member: String, _ itemPath: String) {
+        do {
+            try bus.emitSignal(path: collection.path, interface: Self.collectionInterface, member: member, [.objectPath(itemPath)])
+            try bus.emitSignal(path: collection.path, interface: Self.propertiesInterface, member: "PropertiesChanged",
+                               [.string(Self.collectionInterface), .variantDictionary([:]), .array(element: "s", [.string("Items")])])
+        } catch {
+            BridgeLog.error("cannot send \(member): \(error)")
+        }
+    }
+
+    func keychainState() throws -> String {
+        try keychain.status()["state"]?.stringValue ?? "unknown"
+    }
+
+    private func text(_ value: AttributeValue?) -> String {
+        switch value {
+        case .string(let s)?: s
+        case .data(let d)?: String(decoding: Array(d), as: UTF8.self)
+        default: ""
+        }
+    }
+
+    private func unixTime(_ value: AttributeValue?) -> UInt64 {
+        guard case .date(let absolute)? = value else { return 0 }
+        return UInt64(max(0, absolute + absoluteTimeIntervalSince1970))
+    }
+}

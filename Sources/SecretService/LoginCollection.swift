@@ -1,0 +1,104 @@
+import KeychainClient
+
+/// The persistent collection `login` (alias `default`): genp items in keychaind whose svce is
+/// "secret-service:login", every call made on behalf of the D-Bus caller, so keychaind
+/// decides with that caller's groups (design 1.1, 1.5).
+struct LoginCollection {
+    static let collection = "login"
+    static let service = "secret-service:" + collection
+
+    let keychain: DelegatedKeychain
+    /// The class of new items: "ck" (after first unlock) or "ak" (when unlocked).
+    let protection: String
+
+    /// Items holding every pair (exact: exactly these), locked ones included.
+    func search(_ pairs: SecretServiceAttributes, exact: Bool = false) throws(KeychainError) -> [SecretServiceRow] {
+        try keychain.attributeSearch(collection: Self.collection, exact: exact, pairs: pairs)
+    }
+
+    /// CreateItem: one keychaind call, which with `replace` rewrites the caller's item with
+    /// exactly these attributes instead of adding one.
+    func create(label: String, attributes: SecretServiceAttributes, contentType: String, secret: SecretBytes,
+                replace: Bool) throws(KeychainError) -> (id: String, replaced: Bool) {
+        let added = try keychain.attributeAdd([
+            "class": .string("genp"), "svce": .string(Self.service), "xsat": .data(attributes.encoded),
+            "labl": .string(label), "xsct": .string(contentType), "v_Data": .data(secret), "pdmn": .string(protection),
+        ], replace: replace)
+        guard let id = ItemID(persistentRef: added.persistentRef) else {
+            throw KeychainError(.decode, "keychaind answered attributeAdd with a persistent reference of another class")
+        }
+        return (id.hex, added.replaced)
+    }
+
+    /// The item's attributes (and with `secret`, v_Data): NoSuchObject for a path that is not
+    /// one of the caller's items of this collection, IsLocked when its class is locked.
+    func item(_ id: ItemID, secret: Bool = false) throws(KeychainError) -> AttributeDictionary {
+        var query: AttributeDictionary = ["v_PersistentRef": .data(id.persistentRef), "r_Attributes": .bool(true)]
+        if secret { query["r_Data"] = .bool(true) }
+        guard case .single(.attributes(let attributes)) = try keychain.copyMatching(query),
+              attributes["svce"]?.stringValue == Self.service else {
+            throw KeychainError(.itemNotFound, "there is no such item in the collection login")
+        }
+        return attributes
+    }
+
+    /// The row of one item, from a search of the whole collection (for a locked item, whose
+    /// attributes cannot be opened).
+    func row(_ id: ItemID) throws(KeychainError) -> SecretServiceRow {
+        let ref = id.persistentRef
+        guard let row = try search(SecretServiceAttributes([:])).first(where: { $0.persistentRef == ref }) else {
+            throw KeychainError(.itemNotFound, "there is no such item in the collection login")
+        }
+        return row
+    }
+
+    func update(_ id: ItemID, _ changes: AttributeDictionary) throws(KeychainError) {
+        _ = try item(id)
+        try keychain.update(["v_PersistentRef": .data(id.persistentRef)], changes)
+    }
+
+    /// Deletes without opening the item: works while it is locked, as deletes do.
+    func delete(_ id: ItemID) throws(KeychainError) {
+        let ref = id.persistentRef
+        guard try search(SecretServiceAttributes([:])).contains(where: { $0.persistentRef == ref }) else {
+            throw KeychainError(.itemNotFound, "there is no such item in the collection login")
+        }
+        try keychain.delete(["v_PersistentRef": .data(ref)])
+    }
+}
+
+/// An item's path element: the 32 lowercase hex digits of its 16-byte persistent id.
+struct ItemID: Hashable {
+    let bytes: [UInt8]
+
+    init?(hex: String) {
+        let digits = Array(hex.utf8)
+        guard digits.count == 32 else { return nil }
+        var bytes: [UInt8] = []
+        for i in stride(from: 0, to: 32, by: 2) {
+            guard let high = Self.nibble(digits[i]), let low = Self.nibble(digits[i + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        self.bytes = bytes
+    }
+
+    init?(persistentRef: [UInt8]) {
+        guard persistentRef.count == 20, Array(persistentRef.prefix(4)) == Array("genp".utf8) else { return nil }
+        bytes = Array(persistentRef.dropFirst(4))
+    }
+
+    var persistentRef: [UInt8] { Array("genp".utf8) + bytes }
+
+    var hex: String {
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }, as: UTF8.self)
+    }
+
+    private static func nibble(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+        default: nil
+        }
+    }
+}
