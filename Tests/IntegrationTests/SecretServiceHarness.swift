@@ -8,11 +8,17 @@ final class SecretServiceSetup: @unchecked Sendable {
     let bus: PrivateSystemBus
     let daemon: RunningDaemon
     private(set) var bridges: [RunningBridge] = []
+    /// Directories removed with the setup.
+    var cleanUp: [String] = []
 
     init(config: String = "", startBridge: Bool = true) throws {
         bus = try PrivateSystemBus()
         daemon = try RunningDaemon(config: config)
-        if startBridge { bridges.append(try startedBridge()) }
+        if startBridge { _ = try startedBridge() }
+    }
+
+    deinit {
+        for directory in cleanUp { try? FileManager.default.removeItem(atPath: directory) }
     }
 
     var bridge: RunningBridge { bridges[0] }
@@ -26,6 +32,7 @@ final class SecretServiceSetup: @unchecked Sendable {
     /// Starts a bridge; with `waitForName` (the default), returns once it owns the name.
     func startedBridge(_ arguments: [String] = [], waitForName: Bool = true) throws -> RunningBridge {
         let bridge = try RunningBridge(self, arguments: arguments)
+        bridges.append(bridge)
         if waitForName {
             try waitUntil(timeout: 20, "the bridge to own org.freedesktop.secrets") {
                 guard bridge.isRunning else { throw KeychainError(.serviceNotAvailable, "the bridge exited: \(bridge.log)") }
