@@ -39,7 +39,7 @@ enum BusCallerReader {
 
     /// Field 22 of `stat` in the /proc directory `directory`: parsed after the last ')', since
     /// the command name (field 2) may hold spaces and parentheses. Nil if the process is gone
-    /// (reads through the directory fail with ESRCH) or the line cannot be read.
+    /// (reads through the directory fail with ESRCH), a zombie, or the line cannot be read.
     static func startTime(in directory: Int32) -> UInt64? {
         let fd = openat(directory, "stat", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
@@ -55,6 +55,8 @@ enum BusCallerReader {
         // After ") ": field 3 (state) onwards, so field 22 is the 20th.
         let fields = line[(close + 1)...].split(separator: UInt8(ascii: " "), omittingEmptySubsequences: true)
         guard fields.count >= 20 else { return nil }
+        // A zombie (Z) or dying (X) process has exited: its connection no longer speaks for it.
+        guard let state = fields[0].first, state != UInt8(ascii: "Z"), state != UInt8(ascii: "X") else { return nil }
         return UInt64(String(decoding: fields[19], as: UTF8.self))
     }
 

@@ -113,3 +113,26 @@ final class NameOwner {
         }
     }
 }
+
+/// Who may call the bridge (design 2.2, bridge side).
+@Suite("Secret Service: callers")
+struct SecretServiceCallerTests {
+    @Test func aCallerOfAnotherUidIsRefusedWithAccessDenied() throws {
+        let setup = try SecretServiceSetup()
+        // The test bus admits every uid; a session bus would refuse the connection itself.
+        let result = try runExecutable("/usr/bin/python3", [SecretServiceScripts.path("sessions.py"), "try"],
+                                       environment: setup.environment, input: [], asUser: 65534)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.text.contains("\"open\": \"org.freedesktop.DBus.Error.AccessDenied\""), "\(result.text)")
+    }
+
+    @Test func aConnectionWhoseProcessHasExitedIsRefused() throws {
+        let setup = try SecretServiceSetup()
+        let result = try setup.python("sessions.py", ["orphan"])
+        // The parent exits at once (a zombie until reaped, which counts as exited); the
+        // child's answer comes on the same output, which stays open until it is done.
+        let answer = try #require(try? JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: String], "\(result.text) \(result.stderr)")
+        #expect(answer["open"] == "org.freedesktop.DBus.Error.AccessDenied")
+        #expect(answer["message"]?.contains("has exited") == true, "\(answer)")
+    }
+}

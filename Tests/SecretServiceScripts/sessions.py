@@ -4,8 +4,13 @@
 #   open   -> {"dh": path, "plain": path}: secretstorage's own DH session, and a plain one
 #   edge   -> {case: "ok" or the D-Bus error name} for the edge cases below
 #   leave  -> opens two sessions, prints {"sessions": [paths]} and exits (its connection goes)
+#   try    -> {"open": "ok" or the D-Bus error}: one OpenSession (run as another uid)
+#   orphan -> connects, forks and exits; the child calls OpenSession on the inherited
+#             connection once its parent is gone: {"open": ..., "message": ...}
 import json
+import os
 import sys
+import time
 
 from jeepney import DBusAddress, new_method_call
 from jeepney.io.blocking import open_dbus_connection
@@ -67,3 +72,16 @@ elif command == "edge":
 elif command == "leave":
     paths = [open_session(conn, "plain", ("s", "")), open_session(conn, DH, ("ay", b"\x02"))]
     print(json.dumps({"sessions": paths}))
+elif command == "try":
+    print(json.dumps({"open": outcome(conn, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))}))
+elif command == "orphan":
+    parent = os.getpid()
+    if os.fork() != 0:
+        os._exit(0)
+    while os.getppid() == parent:
+        time.sleep(0.01)
+    try:
+        call(conn, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+        print(json.dumps({"open": "ok", "message": ""}), flush=True)
+    except DBusErrorResponse as error:
+        print(json.dumps({"open": error.name, "message": str(error.data[0]) if error.data else ""}), flush=True)
