@@ -27,6 +27,9 @@ public final class SecretServiceBridge {
     /// The login collection's Modified: the bridge's last change to it.
     var loginModified = UInt64(Date().timeIntervalSince1970)
     private var lostName = false
+    /// keychaind went away. Not reconnected: keychaind reads the bridge's executable when it
+    /// accepts, which a non-dumpable process hides, so the bridge exits and is started again.
+    private var keychainGone: KeychainError?
 
     public init(bus: BusConnection, keychain: KeychainConnection, protection: String = "ck") {
         self.bus = bus
@@ -59,6 +62,10 @@ public final class SecretServiceBridge {
             if lostName {
                 sessions.removeAll()
                 return
+            }
+            if let keychainGone {
+                sessions.removeAll()
+                throw keychainGone
             }
             let now = Date()
             if now >= nextKeepAlive {
@@ -94,6 +101,7 @@ public final class SecretServiceBridge {
         } catch let error as BusErrorReply {
             try? bus.replyError(to: call, name: error.name, message: error.message)
         } catch let error as KeychainError {
+            if error.status == .serviceNotAvailable { keychainGone = KeychainError(.serviceNotAvailable, "keychaind went away: \(error.message)") }
             let reply = BusErrorReply(error)
             try? bus.replyError(to: call, name: reply.name, message: reply.message)
         } catch {

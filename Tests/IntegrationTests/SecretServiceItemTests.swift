@@ -50,6 +50,15 @@ struct SecretServiceItemTests {
         #expect(seen["secret"] as? String == "ok")
     }
 
+    @Test func theBridgeExitsWhenKeychaindGoesAway() throws {
+        let setup = try SecretServiceSetup()
+        setup.daemon.stop()
+        let failed = try setup.python("items.py", ["create", "login", "nobody"])
+        #expect(failed.status != 0)
+        #expect(try setup.bridge.exitStatus() == 1)
+        #expect(setup.bridge.log.contains("keychaind went away"), "\(setup.bridge.log)")
+    }
+
     @Test(arguments: ["login", "session"])
     func twoExecutablesTheConfigSeparatesSeeNoneOfEachOthersItems(collection: String) throws {
         let (a, b, setup) = try Self.twoPythons(config: { a, b in """
