@@ -70,12 +70,17 @@ extension BusConnection {
         guard r >= 0 else { throw Self.failure(r, "cannot send an error reply") }
     }
 
-    /// Broadcasts a signal from `path`.
-    public func emitSignal(path: String, interface: String, member: String, _ values: [BusValue]) throws(KeychainError) {
+    /// Sends a signal from `path`: broadcast, or with a `destination` only to that connection.
+    public func emitSignal(path: String, interface: String, member: String, _ values: [BusValue],
+                           destination: String? = nil) throws(KeychainError) {
         var signal: OpaquePointer?
         let r = sd_bus_message_new_signal(bus, &signal, path, interface, member)
         guard r >= 0, let signal else { throw Self.failure(r, "cannot build the signal \(interface).\(member)") }
         defer { sd_bus_message_unref(signal) }
+        if let destination {
+            let set = sd_bus_message_set_destination(signal, destination)
+            guard set >= 0 else { throw Self.failure(set, "cannot address the signal \(interface).\(member)") }
+        }
         for value in values { try BusMessage.append(value, to: signal) }
         let sent = sd_bus_send(bus, signal, nil)
         guard sent >= 0 else { throw Self.failure(sent, "cannot send the signal \(interface).\(member)") }

@@ -50,14 +50,10 @@ extension SecretServiceBridge {
             return [.objectPath(CollectionName.login.path), .objectPath("/")]
         case "Unlock":
             guard case .array("o", let objects) = try call.readValue() else { throw BusErrorReply.invalidArgs("Unlock takes an array of paths") }
-            guard try keychainState() == "unlocked" else {
-                throw BusErrorReply(name: BusErrorReply.isLockedName, "the keychain is locked and this Secret Service cannot prompt: run `keychain unlock`")
-            }
-            return [.array(element: "o", objects), .objectPath("/")]
+            return try unlock(objects.compactMap(\.objectPathValue), sender: sender)
         case "Lock":
-            // Locking is keychaind's (`keychain lock`, auto-lock); nothing is locked from here.
-            _ = try call.readValue()
-            return [.objectPaths([]), .objectPath("/")]
+            guard case .array("o", let objects) = try call.readValue() else { throw BusErrorReply.invalidArgs("Lock takes an array of paths") }
+            return try lock(objects.compactMap(\.objectPathValue), sender: sender)
         default:
             return nil
         }

@@ -4,14 +4,17 @@ enum SecretObjectPath: Equatable {
     case session(String)
     case collection(CollectionName)
     case item(CollectionName, id: String)
+    case prompt(String)
 
     static let root = "/org/freedesktop/secrets"
     static let collectionPrefix = root + "/collection/"
     static let aliasPrefix = root + "/aliases/"
+    static let promptPrefix = root + "/prompt/"
 
     init?(_ path: String) {
         if path == Self.root { self = .service; return }
         if path.hasPrefix(SessionTable.pathPrefix) { self = .session(path); return }
+        if path.hasPrefix(Self.promptPrefix) { self = .prompt(path); return }
         let rest: Substring
         if path.hasPrefix(Self.collectionPrefix) {
             rest = path.dropFirst(Self.collectionPrefix.count)

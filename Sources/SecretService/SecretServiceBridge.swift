@@ -14,6 +14,7 @@ public final class SecretServiceBridge {
     static let collectionInterface = "org.freedesktop.Secret.Collection"
     static let itemInterface = "org.freedesktop.Secret.Item"
     static let sessionInterface = "org.freedesktop.Secret.Session"
+    static let promptInterface = "org.freedesktop.Secret.Prompt"
     static let propertiesInterface = "org.freedesktop.DBus.Properties"
 
     let bus: BusConnection
@@ -31,10 +32,23 @@ public final class SecretServiceBridge {
     /// accepts, which a non-dumpable process hides, so the bridge exits and is started again.
     private var keychainGone: KeychainError?
 
-    public init(bus: BusConnection, keychain: KeychainConnection, protection: String = "ck") {
+    /// Unlock prompts: their own keychaind connection (their thread blocks on it), the
+    /// pinentry asked for (nil: `pinentry` on PATH), the prompts not yet completed.
+    let promptKeychain: KeychainConnection?
+    let pinentry: String?
+    var prompts: [String: UnlockPrompt] = [:]
+    var nextPrompt: UInt64 = 1
+    let mailbox: PromptMailbox
+
+    /// `promptKeychain` nil: no unlock prompts (Unlock of a locked keychain is IsLocked).
+    public init(bus: BusConnection, keychain: KeychainConnection, protection: String = "ck",
+                promptKeychain: KeychainConnection? = nil, pinentry: String? = nil) throws(KeychainError) {
         self.bus = bus
         self.keychain = keychain
         self.protection = protection
+        self.promptKeychain = promptKeychain
+        self.pinentry = pinentry
+        mailbox = try PromptMailbox()
     }
 
     /// Registers the objects and the bus signals the bridge follows. Call before owning the name.
@@ -59,6 +73,7 @@ public final class SecretServiceBridge {
         var nextKeepAlive = Date().addingTimeInterval(keepAliveSeconds)
         while true {
             try bus.processPending()
+            for outcome in mailbox.take() { promptCompleted(outcome) }
             if lostName {
                 sessions.removeAll()
                 return
@@ -70,9 +85,23 @@ public final class SecretServiceBridge {
             let now = Date()
             if now >= nextKeepAlive {
                 _ = try keychain.status()
+                _ = try promptKeychain?.status()
                 nextKeepAlive = now.addingTimeInterval(keepAliveSeconds)
             }
-            try bus.waitForMessages(timeoutMicroseconds: UInt64(max(0, nextKeepAlive.timeIntervalSince(now)) * 1_000_000) + 1)
+            // Wait for the bus, a prompt's outcome, sd-bus's own timer or the keep-alive.
+            var timeout = nextKeepAlive.timeIntervalSince(now)
+            if let due = bus.nextTimeout {
+                var clock = timespec()
+                clock_gettime(CLOCK_MONOTONIC, &clock)
+                let nowMicroseconds = UInt64(clock.tv_sec) * 1_000_000 + UInt64(clock.tv_nsec / 1000)
+                timeout = min(timeout, due > nowMicroseconds ? Double(due - nowMicroseconds) / 1_000_000 : 0)
+            }
+            var fds = [pollfd(fd: bus.fileDescriptor, events: bus.pollEvents, revents: 0),
+                       pollfd(fd: mailbox.wakeRead, events: Int16(POLLIN), revents: 0)]
+            let r = poll(&fds, 2, Int32(min(max(0, timeout), 3600) * 1000) + 1)
+            guard r >= 0 || errno == EINTR else {
+                throw SystemCallError.current("poll").keychainError("cannot wait for the bus")
+            }
         }
     }
 
@@ -80,6 +109,7 @@ public final class SecretServiceBridge {
     func connectionLeft(_ uniqueName: String) {
         let closed = sessions.removeAll(of: uniqueName)
         callers[uniqueName] = nil
+        prompts = prompts.filter { $0.value.owner != uniqueName }
         if closed > 0 { BridgeLog.debug("\(uniqueName) left the bus: closed its \(closed) session(s)") }
     }
 
@@ -165,6 +195,8 @@ public final class SecretServiceBridge {
             return try collectionCall(call, collection, member: member, sender: sender)
         case (.item(let collection, let id), Self.itemInterface, _):
             return try itemCall(call, collection, id: id, member: member, sender: sender)
+        case (.prompt(let promptPath), Self.promptInterface, _):
+            return try promptCall(call, promptPath, member: member, sender: sender)
         default:
             return nil
         }

@@ -34,6 +34,9 @@ struct SecretServiceCommand: ParsableCommand {
     @Option(help: "Class of new items: ck (readable from the first unlock until logout, like a login keyring; the default) or ak (only while unlocked).")
     var protection = "ck"
 
+    @Option(help: "The pinentry program that asks for the passcode when a client unlocks (default: pinentry on PATH).")
+    var pinentry: String?
+
     @Flag(help: "Also log routine events (sessions closed as their connection leaves the bus).")
     var verbose = false
 
@@ -46,10 +49,14 @@ struct SecretServiceCommand: ParsableCommand {
     func run() throws {
         ensureBacktracesDisabled()
         BridgeLog.verbose.store(verbose, ordering: .relaxed)
-        let keychain = KeychainConnection(socketPath: socket, trust: try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) })
+        let trust = try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) }
+        let keychain = KeychainConnection(socketPath: socket, trust: trust)
+        // Unlock prompts wait on their own connection, so that calls go on meanwhile.
+        let promptKeychain = KeychainConnection(socketPath: socket, trust: trust)
         do {
             // Connect before turning dumpable off: keychaind reads our executable at accept.
             _ = try keychain.status()
+            _ = try promptKeychain.status()
         } catch {
             fail("cannot reach keychaind at \(keychain.socketPath): \(error.message)")
         }
@@ -57,7 +64,8 @@ struct SecretServiceCommand: ParsableCommand {
         signal(SIGPIPE, SIG_IGN)
         do {
             let bus = try BusConnection(.user)
-            let bridge = SecretServiceBridge(bus: bus, keychain: keychain, protection: protection)
+            let bridge = try SecretServiceBridge(bus: bus, keychain: keychain, protection: protection,
+                                                 promptKeychain: promptKeychain, pinentry: pinentry)
             try bridge.serve()
             if case .taken(let message) = try NameClaim.claim(SecretServiceBridge.busName, on: bus, replace: replace) {
                 BridgeLog.error(message)

@@ -30,8 +30,9 @@ final class SecretServiceSetup: @unchecked Sendable {
     }
 
     /// Starts a bridge; with `waitForName` (the default), returns once it owns the name.
-    func startedBridge(_ arguments: [String] = [], waitForName: Bool = true) throws -> RunningBridge {
-        let bridge = try RunningBridge(self, arguments: arguments)
+    func startedBridge(_ arguments: [String] = [], waitForName: Bool = true,
+                       environment: [String: String] = [:]) throws -> RunningBridge {
+        let bridge = try RunningBridge(self, arguments: arguments, environment: environment)
         bridges.append(bridge)
         if waitForName {
             try waitUntil(timeout: 20, "the bridge to own org.freedesktop.secrets") {
@@ -82,12 +83,12 @@ final class RunningBridge: @unchecked Sendable {
     let process = Process()
     let logPath: String
 
-    init(_ setup: SecretServiceSetup, arguments: [String]) throws {
+    init(_ setup: SecretServiceSetup, arguments: [String], environment: [String: String]) throws {
         logPath = setup.daemon.root + "/bridge-\(UInt32.random(in: 0...UInt32.max)).log"
         FileManager.default.createFile(atPath: logPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: Binaries.directory + "/keychain-secret-service")
         process.arguments = ["--socket", setup.daemon.socketPath, "--verbose"] + arguments
-        process.environment = setup.environment
+        process.environment = setup.environment.merging(environment) { $1 }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         process.standardError = log
         process.standardOutput = log

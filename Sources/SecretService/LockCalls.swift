@@ -1,0 +1,110 @@
+import DBus
+import Foundation
+import KeychainClient
+
+/// Service.Lock and Unlock, and the prompts Unlock hands out (design 3.1).
+extension SecretServiceBridge {
+    /// Unlocked: everything asked for, no prompt. Locked: a prompt that will ask for the
+    /// passcode with pinentry, or IsLocked when there is no pinentry to ask with.
+    func unlock(_ objects: [String], sender: String) throws -> [BusValue] {
+        guard try keychainState() != "unlocked" else { return [.objectPaths(objects), .objectPath("/")] }
+        guard promptKeychain != nil, UnlockDialog.findPinentry(pinentry) != nil else {
+            throw BusErrorReply(name: BusErrorReply.isLockedName,
+                                "the keychain is locked and no pinentry program is installed: run `keychain unlock`")
+        }
+        guard prompts.values.filter({ $0.owner == sender }).count < 4 else {
+            throw BusErrorReply.limitsExceeded("this connection has 4 prompts waiting already")
+        }
+        let path = SecretObjectPath.promptPrefix + "p\(nextPrompt)"
+        nextPrompt += 1
+        prompts[path] = UnlockPrompt(owner: sender, caller: try caller(sender).identity, objects: objects)
+        return [.objectPaths([]), .objectPath(path)]
+    }
+
+    /// Without a passcode nothing can lock. Else keychaind locks (an admin call, for the
+    /// caller): the collections asked for are locked, and the items of class `ak` (their keys
+    /// go after the grace period; `ck` items stay readable and are not listed).
+    func lock(_ objects: [String], sender: String) throws -> [BusValue] {
+        guard case .bool(true)? = try keychain.status()["passcode"] else { return [.objectPaths([]), .objectPath("/")] }
+        let delegated = try delegated(sender)
+        try delegated.lock()
+        var locked: [String] = []
+        var protections: [[UInt8]: String]?
+        for object in objects {
+            switch SecretObjectPath(object) {
+            case .collection(.login)?:
+                locked.append(object)
+            case .item(.login, let id)?:
+                if protections == nil {
+                    protections = Dictionary(try login(sender).search(SecretServiceAttributes([:])).map { ($0.persistentRef, $0.protection) }) { a, _ in a }
+                }
+                if let itemID = ItemID(hex: id), protections?[itemID.persistentRef] == "ak" { locked.append(object) }
+            default:
+                break
+            }
+        }
+        lockStateChanged()
+        return [.objectPaths(locked), .objectPath("/")]
+    }
+
+    func promptCall(_ call: BusMessage, _ path: String, member: String, sender: String) throws -> [BusValue]? {
+        // Another connection's prompt, or one already used, does not exist for this caller.
+        guard var prompt = prompts[path], prompt.owner == sender else { throw BusErrorReply.noSuchObject(path) }
+        switch member {
+        case "Prompt":
+            let windowID = try call.readString()
+            guard !prompt.started, let promptKeychain, let program = UnlockDialog.findPinentry(pinentry) else {
+                throw BusErrorReply.noSuchObject(path)
+            }
+            prompt.started = true
+            prompts[path] = prompt
+            let dialog = UnlockDialog(pinentry: program, keychain: promptKeychain.onBehalf(of: prompt.caller),
+                                      windowID: windowID, description: "Unlock the keychain for \(Self.programName(prompt.caller.pid)) (pid \(prompt.caller.pid))")
+            let mailbox = mailbox
+            Thread {
+                let unlocked = dialog.run()
+                mailbox.post(PromptOutcome(path: path, dismissed: !unlocked))
+            }.start()
+            return []
+        case "Dismiss":
+            promptCompleted(PromptOutcome(path: path, dismissed: true))
+            return []
+        default:
+            return nil
+        }
+    }
+
+    /// Sends Completed for a prompt still waiting (a dismissed one is already gone), to its
+    /// owner alone: as gnome-keyring does, so clients that add no match rule (secretstorage)
+    /// get it, and no other app learns of the prompt.
+    func promptCompleted(_ outcome: PromptOutcome) {
+        guard let prompt = prompts.removeValue(forKey: outcome.path) else { return }
+        do {
+            try bus.emitSignal(path: outcome.path, interface: Self.promptInterface, member: "Completed",
+                               [.bool(outcome.dismissed), .variant(.objectPaths(outcome.dismissed ? [] : prompt.objects))],
+                               destination: prompt.owner)
+        } catch {
+            BridgeLog.error("cannot send Completed for \(outcome.path): \(error)")
+        }
+        if !outcome.dismissed { lockStateChanged() }
+    }
+
+    /// login's Locked changed: PropertiesChanged on it and CollectionChanged on the service.
+    func lockStateChanged() {
+        let login = CollectionName.login.path
+        do {
+            let locked = try keychainState() != "unlocked"
+            try bus.emitSignal(path: login, interface: Self.propertiesInterface, member: "PropertiesChanged",
+                               [.string(Self.collectionInterface), .variantDictionary(["Locked": .bool(locked)]), .array(element: "s", [])])
+            try bus.emitSignal(path: SecretObjectPath.root, interface: Self.serviceInterface, member: "CollectionChanged", [.objectPath(login)])
+        } catch {
+            BridgeLog.error("cannot signal the lock state: \(error)")
+        }
+    }
+
+    /// The caller's command name (/proc/PID/comm: readable for every process of the uid).
+    static func programName(_ pid: Int32) -> String {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8) else { return "a program" }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}

@@ -1,0 +1,158 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import KeychainModel
+
+/// One conversation with a pinentry program over the Assuan protocol (what GnuPG uses): the
+/// program shows a dialog and answers GETPIN with the passcode. The passcode is read into
+/// wiped memory only; it never reaches argv, the environment or a log.
+final class PinentryConversation {
+    private let process = Process()
+    private let toPinentry: Int32
+    private let fromPinentry: Int32
+    /// Bytes read but not yet consumed: holds a passcode while it is being decoded, so wiped.
+    private var pending: [UInt8] = { var b = [UInt8](); b.reserveCapacity(8192); return b }()
+
+    /// Assuan's error code for "Operation cancelled" (GPG_ERR_CANCELED in the pinentry source).
+    static let cancelled = "83886179"
+
+    init(program: String) throws(KeychainError) {
+        var input: [Int32] = [0, 0], output: [Int32] = [0, 0]
+        guard pipe(&input) == 0, pipe(&output) == 0 else {
+            throw SystemCallError.current("pipe").keychainError("cannot start pinentry")
+        }
+        process.executableURL = URL(fileURLWithPath: program)
+        process.standardInput = FileHandle(fileDescriptor: input[0], closeOnDealloc: true)
+        process.standardOutput = FileHandle(fileDescriptor: output[1], closeOnDealloc: true)
+        process.standardError = FileHandle.nullDevice
+        do {
+            try process.run()
+        } catch {
+            close(input[1]); close(output[0])
+            throw KeychainError(.io, "cannot start \(program): \(error)")
+        }
+        toPinentry = input[1]
+        fromPinentry = output[0]
+        fcntl(toPinentry, F_SETFD, FD_CLOEXEC)
+        fcntl(fromPinentry, F_SETFD, FD_CLOEXEC)
+        // Its greeting.
+        _ = try expectOK()
+    }
+
+    deinit {
+        wipe(&pending)
+        close(toPinentry)
+        close(fromPinentry)
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+    }
+
+    /// Sends a command and waits for its OK (throws on ERR or a closed pipe).
+    func command(_ line: String) throws(KeychainError) {
+        try send(line)
+        _ = try expectOK()
+    }
+
+    /// GETPIN: the passcode, or nil when the person cancelled.
+    func getPin() throws(KeychainError) -> SecretBytes? {
+        try send("GETPIN")
+        var pin: SecretBytes = .empty
+        while true {
+            var line = try readLine()
+            defer { wipe(&line) }
+            if line.starts(with: Array("D ".utf8)) {
+                pin = try Self.percentDecoded(line.dropFirst(2))
+            } else if line.starts(with: Array("OK".utf8)) {
+                return pin
+            } else if line.starts(with: Array("ERR ".utf8)) {
+                if String(decoding: line.dropFirst(4).prefix { $0 != UInt8(ascii: " ") }, as: UTF8.self) == Self.cancelled { return nil }
+                throw KeychainError(.io, "pinentry failed: \(String(decoding: line, as: UTF8.self))")
+            }
+            // Status and comment lines (S, #) carry nothing we need.
+        }
+    }
+
+    func bye() { try? send("BYE") }
+
+    /// Assuan escapes %, CR and LF (and we escape every control character) in command arguments.
+    static func percentEncoded(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: "%") || byte < 0x20 { out += String(format: "%%%02X", byte) } else { out.unicodeScalars.append(UnicodeScalar(byte)) }
+        }
+        return out
+    }
+
+    private static func percentDecoded(_ bytes: ArraySlice<UInt8>) throws(KeychainError) -> SecretBytes {
+        var length = 0
+        let decoded = try SecretBytes(count: bytes.count) { (buffer) throws(KeychainError) in
+            var i = bytes.startIndex
+            while i < bytes.endIndex {
+                var byte = bytes[i]
+                if byte == UInt8(ascii: "%") {
+                    guard i + 2 < bytes.endIndex, let high = hexValue(bytes[i + 1]), let low = hexValue(bytes[i + 2]) else {
+                        throw KeychainError(.decode, "pinentry sent a malformed escape")
+                    }
+                    byte = high << 4 | low
+                    i += 2
+                }
+                buffer[length] = byte
+                length += 1
+                i += 1
+            }
+        }
+        return SecretBytes(decoded.prefix(length))
+    }
+
+    private static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    private func send(_ line: String) throws(KeychainError) {
+        let bytes = Array((line + "\n").utf8)
+        let result = bytes.withUnsafeBytes { buffer in
+            Result { () throws(SystemCallError) in try SystemCall.writeAll(toPinentry, buffer) }
+        }
+        if case .failure(let error) = result { throw KeychainError(.io, "pinentry went away: \(error.reason)") }
+    }
+
+    private func expectOK() throws(KeychainError) -> [UInt8] {
+        while true {
+            let line = try readLine()
+            if line.starts(with: Array("OK".utf8)) { return line }
+            if line.starts(with: Array("ERR".utf8)) {
+                throw KeychainError(.io, "pinentry refused: \(String(decoding: line, as: UTF8.self))")
+            }
+        }
+    }
+
+    /// One line without its newline; the consumed bytes are wiped from the buffer.
+    private func readLine() throws(KeychainError) -> [UInt8] {
+        while true {
+            if let newline = pending.firstIndex(of: 10) {
+                let line = Array(pending[..<newline])
+                let rest = Array(pending[(newline + 1)...])
+                wipe(&pending)
+                pending = rest
+                return line
+            }
+            guard pending.count < 4096 else { throw KeychainError(.io, "pinentry sent a line over 4 KiB") }
+            var chunk = [UInt8](repeating: 0, count: 1024)
+            let n = read(fromPinentry, &chunk, chunk.count)
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw KeychainError(.io, "pinentry closed its output") }
+            pending += chunk[..<n]
+            wipe(&chunk)
+        }
+    }
+
+    private func wipe(_ bytes: inout [UInt8]) {
+        bytes.withUnsafeMutableBytes { if let base = $0.baseAddress { explicit_bzero(base, $0.count) } }
+    }
+}
