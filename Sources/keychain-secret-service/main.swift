@@ -37,6 +37,9 @@ struct SecretServiceCommand: ParsableCommand {
     @Option(help: "The pinentry program that asks for the passcode when a client unlocks (default: pinentry on PATH).")
     var pinentry: String?
 
+    @Flag(name: .customLong("no-portal"), help: "Do not serve the desktop portal's Secret backend (org.freedesktop.impl.portal.desktop.keychain).")
+    var noPortal = false
+
     @Flag(help: "Also log routine events (sessions closed as their connection leaves the bus).")
     var verbose = false
 
@@ -67,9 +70,14 @@ struct SecretServiceCommand: ParsableCommand {
             let bridge = try SecretServiceBridge(bus: bus, keychain: keychain, protection: protection,
                                                  promptKeychain: promptKeychain, pinentry: pinentry)
             try bridge.serve()
+            if !noPortal { try bridge.servePortal() }
             if case .taken(let message) = try NameClaim.claim(SecretServiceBridge.busName, on: bus, replace: replace) {
                 BridgeLog.error(message)
                 Foundation.exit(Self.nameTakenExitStatus)
+            }
+            // The portal backend is a second service: another owner of its name does not stop the first.
+            if !noPortal, case .taken(let message) = try NameClaim.claim(SecretServiceBridge.portalBusName, on: bus, replace: replace) {
+                BridgeLog.error("\(message); serving the Secret Service without the portal backend")
             }
             try bridge.run()
             BridgeLog.info("another program took \(SecretServiceBridge.busName); exiting")

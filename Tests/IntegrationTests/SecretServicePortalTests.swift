@@ -1,0 +1,64 @@
+import Foundation
+import KeychainModel
+import Testing
+
+/// The desktop portal's Secret backend (design §4) through the real bridge and keychaind; a
+/// python script stands in for xdg-desktop-portal.
+@Suite("Secret Service: portal backend")
+struct SecretServicePortalTests {
+    static func setup() throws -> SecretServiceSetup {
+        let python = try #require(realpath("/usr/bin/python3", nil).map { p -> String in
+            defer { free(p) }
+            return String(cString: p)
+        })
+        let setup = try SecretServiceSetup(config: "portal_executables = [\"\(python)\"]")
+        try waitUntil(timeout: 10, "the portal backend's name") {
+            try setup.ownerPID(of: "org.freedesktop.impl.portal.desktop.keychain") == setup.bridge.pid
+        }
+        return setup
+    }
+
+    @Test func eachAppGetsItsOwnSecretAndTheSameOneAgain() throws {
+        let setup = try Self.setup()
+        let result = try setup.python("portal.py", ["claim", "org.example.One", "org.example.One", "org.example.Two"])
+        let answers = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [[String: Any]], "\(result.stderr)")
+        try #require(answers.count == 3)
+        #expect(answers.allSatisfy { $0["response"] as? Int == 0 }, "\(answers)")
+        let secrets = answers.map { $0["secret"] as? String ?? "" }
+        #expect(secrets[0].count == 128)  // 64 bytes, in hex
+        #expect(secrets[0] == secrets[1])
+        #expect(secrets[0] != secrets[2] && secrets[2].count == 128)
+        // A second run (another connection) gets the same secret: it is stored.
+        let again = try setup.python("portal.py", ["claim", "org.example.One"])
+        #expect(again.text.contains(secrets[0]))
+    }
+
+    @Test func aCallerThatDoesNotOwnThePortalNameIsRefused() throws {
+        let setup = try Self.setup()
+        let result = try setup.python("portal.py", ["noclaim", "org.example.One"])
+        #expect(result.text.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(result.text) \(result.stderr)")
+    }
+
+    @Test(arguments: ["", "has space", "slash/no"])
+    func anInvalidAppIDGetsResponse2(_ appID: String) throws {
+        let setup = try Self.setup()
+        let result = try setup.python("portal.py", ["claim", appID])
+        #expect(result.text.contains("\"response\": 2"), "\(result.text) \(result.stderr)")
+        #expect(result.text.contains("\"secret\": \"\""))
+    }
+
+    @Test func keychaindRefusesAPortalThatIsNotConfigured() throws {
+        let setup = try SecretServiceSetup(config: "portal_executables = [\"/usr/libexec/xdg-desktop-portal\"]")
+        try waitUntil(timeout: 10, "the portal backend's name") {
+            try setup.ownerPID(of: "org.freedesktop.impl.portal.desktop.keychain") == setup.bridge.pid
+        }
+        let result = try setup.python("portal.py", ["claim", "org.example.One"])
+        #expect(result.text.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(result.text) \(result.stderr)")
+    }
+
+    @Test func noPortalLeavesTheNameAlone() throws {
+        let setup = try SecretServiceSetup(startBridge: false)
+        _ = try setup.startedBridge(["--no-portal"])
+        #expect(try setup.ownerPID(of: "org.freedesktop.impl.portal.desktop.keychain") == nil)
+    }
+}
