@@ -27,6 +27,7 @@ struct SecretServiceLockTests {
         let seen = try setup.pythonJSON("locking.py", ["observe", item])
         #expect(seen["locked"] as? Bool == true)
         #expect(seen["lockedItems"] as? [String] == [item])
+        #expect(seen["lockedByPair"] as? [String] == [item], "the attribute index finds a locked item by its pairs")
         #expect(seen["unlocked"] as? [String] == [])
         #expect(seen["secret"] as? String == "org.freedesktop.Secret.Error.IsLocked")
     }

@@ -3,6 +3,7 @@
 # Prints one JSON object.
 #   create                -> {"path": p}: an item with attribute locking=test
 #   observe PATH          -> {"locked": login's Locked, "unlocked": [...], "lockedItems": [...],
+#                             "lockedByPair": locked items found by locking=test,
 #                             "secret": "ok" or the D-Bus error of GetSecret}
 #   unlock                -> {"dismissed": b, "result": [...]} from Unlock and its prompt, or
 #                            {"error": name, "message": text}
@@ -29,6 +30,7 @@ if command == "create":
 elif command == "observe":
     collection = Collection(conn, LOGIN)
     unlocked, locked = unwrap_msg(conn.send_and_get_reply(new_method_call(SERVICE, "SearchItems", "a{ss}", ({},))))
+    by_pair = unwrap_msg(conn.send_and_get_reply(new_method_call(SERVICE, "SearchItems", "a{ss}", ({"locking": "test"},))))
     try:
         Item(conn, sys.argv[2]).get_secret()
         secret = "ok"
@@ -36,7 +38,8 @@ elif command == "observe":
         secret = "org.freedesktop.Secret.Error.IsLocked"
     except DBusErrorResponse as error:
         secret = error.name
-    result = {"locked": collection.is_locked(), "unlocked": unlocked, "lockedItems": locked, "secret": secret}
+    result = {"locked": collection.is_locked(), "unlocked": unlocked, "lockedItems": locked, "secret": secret,
+              "lockedByPair": by_pair[1]}
 elif command == "unlock":
     try:
         unlocked, prompt = unwrap_msg(conn.send_and_get_reply(new_method_call(SERVICE, "Unlock", "ao", ([LOGIN],))))
