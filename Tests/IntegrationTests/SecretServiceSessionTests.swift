@@ -34,6 +34,20 @@ struct SecretServiceSessionTests {
         ])
     }
 
+    @Test func secretsThatDoNotDecryptAreInvalidArgsAndForeignSessionsNoSession() throws {
+        let setup = try SecretServiceSetup()
+        let results = try setup.pythonJSON("sessions.py", ["transfer"]) as? [String: String]
+        #expect(results == [
+            "well sealed": "ok",
+            "15-byte IV": "org.freedesktop.DBus.Error.InvalidArgs",
+            "empty value": "org.freedesktop.DBus.Error.InvalidArgs",
+            "not whole blocks": "org.freedesktop.DBus.Error.InvalidArgs",
+            "bad padding": "org.freedesktop.DBus.Error.InvalidArgs",
+            "another connection's session": "org.freedesktop.Secret.Error.NoSession",
+            "no such session": "org.freedesktop.Secret.Error.NoSession",
+        ])
+    }
+
     @Test func aConnectionsSessionsCloseWhenItLeavesTheBus() throws {
         let setup = try SecretServiceSetup()
         _ = try setup.pythonJSON("sessions.py", ["leave"])

@@ -4,6 +4,7 @@
 #   open   -> {"dh": path, "plain": path}: secretstorage's own DH session, and a plain one
 #   edge   -> {case: "ok" or the D-Bus error name} for the edge cases below
 #   leave  -> opens two sessions, prints {"sessions": [paths]} and exits (its connection goes)
+#   transfer -> {case: "ok" or the D-Bus error} for CreateItem with secrets sealed well and badly
 #   try    -> {"open": "ok" or the D-Bus error}: one OpenSession (run as another uid)
 #   orphan -> connects, forks and exits; the child calls OpenSession on the inherited
 #             connection once its parent is gone: {"open": ..., "message": ...}
@@ -85,3 +86,40 @@ elif command == "orphan":
         print(json.dumps({"open": "ok", "message": ""}), flush=True)
     except DBusErrorResponse as error:
         print(json.dumps({"open": error.name, "message": str(error.data[0]) if error.data else ""}), flush=True)
+elif command == "transfer":
+    from cryptography.hazmat.backends import default_backend
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    from cryptography.hazmat.primitives.padding import PKCS7
+
+    session = secretstorage.util.open_session(conn)
+    login = DBusAddress("/org/freedesktop/secrets/collection/login", bus_name="org.freedesktop.secrets",
+                        interface="org.freedesktop.Secret.Collection")
+
+    def seal(plain, pad=True):
+        iv = os.urandom(16)
+        if pad:
+            padder = PKCS7(128).padder()
+            plain = padder.update(plain) + padder.finalize()
+        encryptor = Cipher(algorithms.AES(session.aes_key), modes.CBC(iv), default_backend()).encryptor()
+        return iv, encryptor.update(plain) + encryptor.finalize()
+
+    def create(connection, session_path, parameters, value):
+        props = {"org.freedesktop.Secret.Item.Label": ("s", "t"),
+                 "org.freedesktop.Secret.Item.Attributes": ("a{ss}", {"transfer": "test"})}
+        return outcome(connection, login, "CreateItem", "a{sv}(oayays)b",
+                       (props, (session_path, parameters, value, "text/plain"), True))
+
+    results = {}
+    iv, value = seal(b"well sealed")
+    results["well sealed"] = create(conn, session.object_path, iv, value)
+    results["15-byte IV"] = create(conn, session.object_path, iv[:15], value)
+    results["empty value"] = create(conn, session.object_path, iv, b"")
+    results["not whole blocks"] = create(conn, session.object_path, iv, value[:-1])
+    # A block whose last byte is 0: no PKCS#7 padding ends that way.
+    iv, value = seal(b"\x00" * 16, pad=False)
+    results["bad padding"] = create(conn, session.object_path, iv, value)
+    other = open_dbus_connection(bus="SESSION")
+    iv, value = seal(b"x")
+    results["another connection's session"] = create(other, session.object_path, iv, value)
+    results["no such session"] = create(conn, "/org/freedesktop/secrets/session/999999", iv, value)
+    print(json.dumps(results))
