@@ -168,22 +168,27 @@ extension SecretServiceBridge {
     // MARK: Properties
 
     /// Every property of `interface` on `path` (nil: no such interface there).
-    func propertyValues(path: SecretObjectPath, interface: String, sender: String) throws -> [String: BusValue]? {
+    /// `only`: the one property a Get asks for, so that a cheap one does not pay for `Items`
+    /// (a listing of the whole collection).
+    func propertyValues(path: SecretObjectPath, interface: String, sender: String, only: String? = nil) throws -> [String: BusValue]? {
         switch (path, interface) {
         case (.service, Self.serviceInterface):
             return ["Collections": .objectPaths(CollectionName.allCases.map(\.path))]
         case (.session, Self.sessionInterface):
             return [:]
         case (.collection(let collection), Self.collectionInterface):
-            let items = BusValue.objectPaths(try itemPaths(collection, SecretServiceAttributes([:]), sender: sender))
+            var values: [String: BusValue]
             switch collection {
             case .login:
-                return ["Items": items, "Label": .string("Login"), "Locked": .bool(try keychainState() != "unlocked"),
-                        "Created": .uint64(0), "Modified": .uint64(loginModified)]
+                values = ["Label": .string("Login"), "Created": .uint64(0), "Modified": .uint64(loginModified)]
+                if only == nil || only == "Locked" { values["Locked"] = .bool(try keychainState() != "unlocked") }
             case .session:
-                return ["Items": items, "Label": .string("Session"), "Locked": .bool(false),
-                        "Created": .uint64(0), "Modified": .uint64(0)]
+                values = ["Label": .string("Session"), "Locked": .bool(false), "Created": .uint64(0), "Modified": .uint64(0)]
             }
+            if only == nil || only == "Items" {
+                values["Items"] = .objectPaths(try itemPaths(collection, SecretServiceAttributes([:]), sender: sender))
+            }
+            return values
         case (.item(let collection, let id), Self.itemInterface):
             return try itemProperties(collection, id: id, sender: sender)
         default:
@@ -220,7 +225,7 @@ extension SecretServiceBridge {
 
     func setProperty(path: SecretObjectPath, interface: String, name: String, value: BusValue, sender: String) throws {
         guard case .item(let collection, let id) = path, interface == Self.itemInterface, name == "Label" || name == "Attributes" else {
-            guard let known = try propertyValues(path: path, interface: interface, sender: sender), known[name] != nil else {
+            guard let known = try propertyValues(path: path, interface: interface, sender: sender, only: name), known[name] != nil else {
                 throw BusErrorReply.unknownProperty(interface, name)
             }
             throw BusErrorReply.propertyReadOnly(name)

@@ -209,7 +209,7 @@ public final class SecretServiceBridge {
         switch member {
         case "Get":
             let name = try call.readString()
-            guard let value = try propertyValues(path: path, interface: interface, sender: sender)?[name] else {
+            guard let value = try propertyValues(path: path, interface: interface, sender: sender, only: name)?[name] else {
                 throw BusErrorReply.unknownProperty(interface, name)
             }
             return [.variant(value)]
