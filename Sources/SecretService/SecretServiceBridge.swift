@@ -132,12 +132,40 @@ public final class SecretServiceBridge {
             try? bus.replyError(to: call, name: error.name, message: error.message)
         } catch let error as KeychainError {
             if error.status == .serviceNotAvailable { keychainGone = KeychainError(.serviceNotAvailable, "keychaind went away: \(error.message)") }
+            if Self.isRefusalOfTheBridge(error) {
+                // keychaind restarted and, on the new connection, cannot see that this
+                // non-dumpable process is the bridge: only a fresh start fixes that.
+                keychainGone = KeychainError(.missingEntitlement, "keychaind no longer accepts this bridge: \(error.message)")
+            }
             let reply = BusErrorReply(error)
             try? bus.replyError(to: call, name: reply.name, message: reply.message)
         } catch {
             try? bus.replyError(to: call, name: BusErrorReply.failedName, message: "\(error)")
         }
         return true
+    }
+
+    /// Whether keychaind refused op 16 from this bridge itself (not from one caller).
+    static func isRefusalOfTheBridge(_ error: KeychainError) -> Bool {
+        error.status == .missingEntitlement && error.message.hasPrefix("asCaller is for the Secret Service bridge")
+    }
+
+    /// Checks, before any client comes, that keychaind knows op 16 and takes it from this
+    /// bridge: one asCaller(status) for the bridge's own process. Other refusals (this process
+    /// matches no app) say nothing about clients and pass.
+    public static func checkKeychaindAcceptsBridge(_ keychain: KeychainConnection) throws(KeychainError) {
+        let directory = open("/proc/self", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { if directory >= 0 { close(directory) } }
+        guard directory >= 0, let startTime = BusCallerReader.startTime(in: directory) else { return }
+        do {
+            _ = try keychain.onBehalf(of: CallerIdentity(pid: getpid(), startTime: startTime)).status()
+        } catch where error.status == .unimplemented {
+            throw KeychainError(.unimplemented, "keychaind \(((try? keychain.status())?["version"]?.stringValue) ?? "") is too old for the Secret Service: \(error.message)")
+        } catch where isRefusalOfTheBridge(error) {
+            throw error
+        } catch {
+            return
+        }
     }
 
     /// The caller behind `sender`, identified once per connection.

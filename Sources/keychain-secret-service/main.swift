@@ -63,6 +63,11 @@ struct SecretServiceCommand: ParsableCommand {
         } catch {
             fail("cannot reach keychaind at \(keychain.socketPath): \(error.message)")
         }
+        do {
+            try SecretServiceBridge.checkKeychaindAcceptsBridge(keychain)
+        } catch {
+            fail(error.message)
+        }
         guard csystem_harden_process() == 0 else { fail("cannot make the process non-dumpable: \(String(cString: strerror(errno)))") }
         signal(SIGPIPE, SIG_IGN)
         do {

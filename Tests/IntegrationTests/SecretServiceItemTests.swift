@@ -59,6 +59,25 @@ struct SecretServiceItemTests {
         #expect(setup.bridge.log.contains("keychaind went away"), "\(setup.bridge.log)")
     }
 
+    @Test func aBridgeKeychaindDoesNotAcceptExitsAtStart() throws {
+        let setup = try SecretServiceSetup(config: "bridge_executables = []", startBridge: false)
+        let bridge = try setup.startedBridge(waitForName: false)
+        #expect(try bridge.exitStatus() == 1)
+        #expect(bridge.log.contains("asCaller is for the Secret Service bridge"), "\(bridge.log)")
+    }
+
+    @Test func aBridgeKeychaindStopsAcceptingExits() throws {
+        let setup = try SecretServiceSetup()
+        var config = try String(contentsOfFile: setup.daemon.configPath, encoding: .utf8)
+        config += "bridge_executables = []\n"
+        try config.write(toFile: setup.daemon.configPath, atomically: true, encoding: .utf8)
+        kill(setup.daemon.pid, SIGHUP)
+        try waitUntil(timeout: 10, "keychaind to reload") { setup.daemon.log.contains("reload") }
+        _ = try setup.python("items.py", ["create", "login", "late"])
+        #expect(try setup.bridge.exitStatus() == 1)
+        #expect(setup.bridge.log.contains("keychaind no longer accepts this bridge"), "\(setup.bridge.log)")
+    }
+
     @Test(arguments: ["login", "session"])
     func twoExecutablesTheConfigSeparatesSeeNoneOfEachOthersItems(collection: String) throws {
         let (a, b, setup) = try Self.twoPythons(config: { a, b in """
