@@ -40,6 +40,21 @@ struct SecretServiceItemTests {
         #expect(result["path"] is String)
     }
 
+    @Test func aSecretToolItemSurvivesABackupRestoredOnAnotherKeychain() throws {
+        let first = try SecretServiceSetup()
+        let stored = try runExecutable("/usr/bin/secret-tool", ["store", "--label", "Kept", "service", "backup", "user", "bob"],
+                                       environment: first.environment, input: bytes("carried over"))
+        #expect(stored.status == 0)
+        let file = first.daemon.root + "/backup.kcb"
+        let password = bytes("correct horse battery")
+        #expect(try first.daemon.cli(["backup", "--out", file], input: password + [10]).status == 0)
+        let second = try SecretServiceSetup()
+        #expect(try second.daemon.cli(["restore", file], input: password + [10]).status == 0)
+        let lookup = try runExecutable("/usr/bin/secret-tool", ["lookup", "service", "backup", "user", "bob"],
+                                       environment: second.environment, input: [])
+        #expect(lookup.status == 0 && lookup.text == "carried over", "\(lookup.stderr)")
+    }
+
     @Test func itemsSurviveABridgeRestart() throws {
         let setup = try SecretServiceSetup()
         let created = try setup.pythonJSON("items.py", ["create", "login", "kept"])
