@@ -123,7 +123,7 @@ public final class SecretServiceBridge {
         if interface == "org.freedesktop.DBus.Introspectable" || interface == "org.freedesktop.DBus.Peer" { return false }
         guard let path = SecretObjectPath(pathText) else { return false }
         do {
-                try caller(sender)
+            try caller(sender)
             guard let values = try dispatch(call, path: path, pathText: pathText, interface: interface, member: member, sender: sender) else {
                 return false
             }
