@@ -124,6 +124,9 @@ public final class SecretServiceBridge {
         guard let path = SecretObjectPath(pathText) else { return false }
         do {
             try caller(sender)
+            if let expected = Self.signatures[interface + "." + member], call.signature != expected {
+                throw BusErrorReply.invalidArgs("\(interface).\(member) takes (\(expected)), not (\(call.signature))")
+            }
             guard let values = try dispatch(call, path: path, pathText: pathText, interface: interface, member: member, sender: sender) else {
                 return false
             }
@@ -144,6 +147,19 @@ public final class SecretServiceBridge {
         }
         return true
     }
+
+    /// The argument signatures of the members served (spec §14), checked before reading, so
+    /// a call with the wrong arguments is InvalidArgs rather than a half-read message.
+    static let signatures: [String: String] = [
+        serviceInterface + ".OpenSession": "sv", serviceInterface + ".CreateCollection": "a{sv}s",
+        serviceInterface + ".SearchItems": "a{ss}", serviceInterface + ".Unlock": "ao", serviceInterface + ".Lock": "ao",
+        serviceInterface + ".GetSecrets": "aoo", serviceInterface + ".ReadAlias": "s", serviceInterface + ".SetAlias": "so",
+        collectionInterface + ".Delete": "", collectionInterface + ".SearchItems": "a{ss}",
+        collectionInterface + ".CreateItem": "a{sv}(oayays)b",
+        itemInterface + ".Delete": "", itemInterface + ".GetSecret": "o", itemInterface + ".SetSecret": "(oayays)",
+        sessionInterface + ".Close": "", promptInterface + ".Prompt": "s", promptInterface + ".Dismiss": "",
+        propertiesInterface + ".Get": "ss", propertiesInterface + ".GetAll": "s", propertiesInterface + ".Set": "ssv",
+    ]
 
     /// Whether keychaind refused op 16 from this bridge itself (not from one caller).
     static func isRefusalOfTheBridge(_ error: KeychainError) -> Bool {

@@ -31,7 +31,12 @@ struct SecretServiceSessionTests {
             "close by its own": "ok",
             "close twice": "org.freedesktop.Secret.Error.NoSession",
             "seventeenth session": "org.freedesktop.DBus.Error.LimitsExceeded",
+            "wrong arguments": "org.freedesktop.DBus.Error.InvalidArgs",
+            "no arguments": "org.freedesktop.DBus.Error.InvalidArgs",
+            "secret of the wrong shape": "org.freedesktop.DBus.Error.InvalidArgs",
+            "unknown member": "org.freedesktop.DBus.Error.UnknownMethod",
         ])
+        #expect(setup.bridge.isRunning)
     }
 
     @Test func secretsThatDoNotDecryptAreInvalidArgsAndForeignSessionsNoSession() throws {

@@ -69,6 +69,13 @@ elif command == "edge":
     for _ in range(16):
         open_session(other, "plain", ("s", ""))
     results["seventeenth session"] = outcome(other, SERVICE, "OpenSession", "sv", ("plain", ("s", "")))
+    results["wrong arguments"] = outcome(conn, SERVICE, "OpenSession", "ss", ("plain", ""))
+    results["no arguments"] = outcome(conn, SERVICE, "SearchItems")
+    login = DBusAddress("/org/freedesktop/secrets/collection/login", bus_name="org.freedesktop.secrets",
+                        interface="org.freedesktop.Secret.Collection")
+    results["secret of the wrong shape"] = outcome(conn, login, "CreateItem", "a{sv}(oayas)b",
+                                                   ({}, ("/", b"", ["x"]), True))
+    results["unknown member"] = outcome(conn, SERVICE, "Frobnicate")
     print(json.dumps(results))
 elif command == "leave":
     paths = [open_session(conn, "plain", ("s", "")), open_session(conn, DH, ("ay", b"\x02"))]
