@@ -83,12 +83,25 @@ final class RunningBridge: @unchecked Sendable {
     let process = Process()
     let logPath: String
 
-    init(_ setup: SecretServiceSetup, arguments: [String], environment: [String: String]) throws {
-        logPath = setup.daemon.root + "/bridge-\(UInt32.random(in: 0...UInt32.max)).log"
+    convenience init(_ setup: SecretServiceSetup, arguments: [String], environment: [String: String]) throws {
+        try self.init(daemon: setup.daemon, arguments: arguments, environment: setup.environment.merging(environment) { $1 })
+    }
+
+    /// A bridge for `daemon` with exactly `environment` (its bus among it); `asUser` runs it
+    /// under another uid through setpriv.
+    init(daemon: RunningDaemon, arguments: [String], environment: [String: String], asUser uid: UInt32? = nil) throws {
+        logPath = daemon.root + "/bridge-\(UInt32.random(in: 0...UInt32.max)).log"
         FileManager.default.createFile(atPath: logPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: Binaries.directory + "/keychain-secret-service")
-        process.arguments = ["--socket", setup.daemon.socketPath, "--verbose"] + arguments
-        process.environment = setup.environment.merging(environment) { $1 }
+        let bridgeArguments = ["--socket", daemon.socketPath, "--verbose"] + arguments
+        let executable = Binaries.directory + "/keychain-secret-service"
+        if let uid {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            process.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", executable] + bridgeArguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = bridgeArguments
+        }
+        process.environment = environment
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         process.standardError = log
         process.standardOutput = log
