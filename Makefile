@@ -18,7 +18,11 @@ SYSCONFDIR ?= /etc
 BASHCOMPDIR = $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR = $(PREFIX)/share/zsh/vendor-completions
 FISHCOMPDIR = $(PREFIX)/share/fish/vendor_completions.d
-PRODUCTS = keychaind keychain git-credential-keychain
+# The Secret Service bridge's D-Bus activation and portal files: kept out of the directories
+# D-Bus and xdg-desktop-portal search, because gnome-keyring owns the same names there;
+# `keychain-secret-service --enable` copies them into the user's own directories.
+SHAREDIR = $(PREFIX)/share/keychaind
+PRODUCTS = keychaind keychain git-credential-keychain keychain-secret-service
 # The Swift runtime is linked in, so the executables run where no Swift toolchain is.
 SWIFT_BUILD_FLAGS = -c $(CONFIGURATION) --static-swift-stdlib
 BUILT = .build/$(CONFIGURATION)
@@ -85,6 +89,10 @@ install: deps man
 		$(SUBSTITUTE) $$unit > $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit) && chmod 0644 $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
 	[ -e $(DESTDIR)$(SYSCONFDIR)/keychaind/keychaind.toml ] || install -m 0644 Config/keychaind.toml $(DESTDIR)$(SYSCONFDIR)/keychaind/keychaind.toml
 	install -m 0644 Config/apps-example.toml README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -d $(DESTDIR)$(SHAREDIR)/dbus-1 $(DESTDIR)$(SHAREDIR)/portal
+	for file in Config/dbus-1/*; do \
+		$(SUBSTITUTE) $$file > $(DESTDIR)$(SHAREDIR)/dbus-1/$$(basename $$file) && chmod 0644 $(DESTDIR)$(SHAREDIR)/dbus-1/$$(basename $$file); done
+	install -m 0644 Config/portal/keychain.portal $(DESTDIR)$(SHAREDIR)/portal/
 	for page in $(MANPAGES); do \
 		section=$${page##*.}; install -d $(DESTDIR)$(MANDIR)/man$$section; \
 		install -m 0644 $$page $(DESTDIR)$(MANDIR)/man$$section/; done
@@ -95,7 +103,7 @@ install: deps man
 # Removes what install put there, except the config file (it may hold local changes).
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PRODUCTS))
-	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -rf $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SHAREDIR)
 	for unit in Config/systemd/system/*; do rm -f $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
 	for unit in Config/systemd/user/*; do rm -f $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
 	for page in $(notdir $(MANPAGES)); do rm -f $(DESTDIR)$(MANDIR)/man$${page##*.}/$$page; done
