@@ -31,6 +31,9 @@ struct Options {
     /// Keychain sizes at which to time a Secret Service attribute search (each on a fresh
     /// daemon, which then runs alone); empty: not run.
     var attributeSearchSizes: [Int] = []
+    /// Items preloaded in each Secret Service server for the figures beside gnome-keyring,
+    /// which then run alone; 0: not run.
+    var secretServiceItems = 0
 
     init(_ args: [String]) {
         var i = 0
@@ -49,8 +52,9 @@ struct Options {
             case "--ops": ops = Set(args[i + 1].split(separator: ",").map(String.init)); i += 1
             case "--distinct-queries": distinctQueries = Int(args[i + 1]) ?? distinctQueries; i += 1
             case "--attribute-search": attributeSearchSizes = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
+            case "--secret-service": secretServiceItems = Int(args[i + 1]) ?? secretServiceItems; i += 1
             default:
-                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)]")
+                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)]")
                 exit(64)
             }
             i += 1
@@ -208,6 +212,10 @@ func interleavedMedians(_ commands: [TimedCommand], runs: Int = 200) -> [Double]
 }
 
 let options = Options(Array(CommandLine.arguments.dropFirst()))
+if options.secretServiceItems > 0 {
+    secretServiceBench(items: options.secretServiceItems)
+    exit(0)
+}
 var daemon: (Process, String, String)?
 let socket: String
 if let s = options.socket {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# Times Secret Service servers side by side for scripts/bench-secret-service: each argument
+# Times Secret Service servers side by side for keychain-bench --secret-service: each argument
 # LABEL=BUS_ADDRESS names a session bus whose org.freedesktop.secrets is one server. Per server:
 # ITEMS items preloaded into the default collection, then ROUNDS rounds, the servers taking
 # turns within each round so that both see the same machine load:
