@@ -23,6 +23,13 @@ public enum NameClaim {
         }
     }
 
+    /// Who owns `name` now, described as `describeOwner` does; nil when nobody does.
+    public static func currentOwner(of name: String, on bus: BusConnection) -> String? {
+        let owned = try? bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                  interface: "org.freedesktop.DBus", member: "NameHasOwner", arguments: [.string(name)]).readBool()
+        return owned == true ? describeOwner(of: name, on: bus) : nil
+    }
+
     /// ":1.7 (pid 1234, /usr/bin/gnome-keyring-daemon)", with what the bus and /proc tell.
     static func describeOwner(of name: String, on bus: BusConnection) -> String {
         func ask(_ member: String, _ argument: String) throws(KeychainError) -> BusMessage {

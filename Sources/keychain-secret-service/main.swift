@@ -43,13 +43,21 @@ struct SecretServiceCommand: ParsableCommand {
     @Flag(help: "Also log routine events (sessions closed as their connection leaves the bus).")
     var verbose = false
 
+    @Flag(help: "Let the session bus start this bridge on demand for this user: writes its D-Bus activation files into $XDG_DATA_HOME/dbus-1/services (searched before gnome-keyring's), then exits.")
+    var enable = false
+
+    @Flag(help: "Undo --enable: removes those activation files, then exits.")
+    var disable = false
+
     static let nameTakenExitStatus: Int32 = 2
 
     func validate() throws {
         guard protection == "ck" || protection == "ak" else { throw ValidationError("--protection is ck or ak") }
+        guard !(enable && disable) else { throw ValidationError("--enable and --disable exclude each other") }
     }
 
     func run() throws {
+        if enable || disable { return changeActivation() }
         ensureBacktracesDisabled()
         BridgeLog.verbose.store(verbose, ordering: .relaxed)
         let trust = try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) }
@@ -89,6 +97,43 @@ struct SecretServiceCommand: ParsableCommand {
         } catch {
             fail(error.message)
         }
+    }
+
+    /// --enable / --disable: the activation files, then a word on what happens next.
+    private func changeActivation() {
+        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        do {
+            let files = try ActivationFiles(executable: executable, environment: ProcessInfo.processInfo.environment)
+            if disable {
+                let removed = try files.disable()
+                print(removed.isEmpty ? "nothing to remove in \(files.userDirectory)" : removed.map { "removed \($0)" }.joined(separator: "\n"))
+                return
+            }
+            for path in try files.enable(socket: socket) { print("wrote \(path)") }
+            if files.shippedDirectory != nil {
+                // The shipped files start the systemd user unit, which the user manager may not
+                // have read yet (dpkg reloads the system manager only).
+                _ = try? runQuietly("/usr/bin/systemctl", ["--user", "daemon-reload"])
+            }
+            if let bus = try? BusConnection(.user), let owner = NameClaim.currentOwner(of: SecretServiceBridge.busName, on: bus),
+               !owner.contains("keychain-secret-service") {
+                print("\(SecretServiceBridge.busName) is owned now by \(owner): clients reach the bridge after you log out and in again, or at once with keychain-secret-service --replace")
+            }
+        } catch {
+            fail(error.message)
+        }
+    }
+
+    /// Runs a program with no output, its exit status.
+    private func runQuietly(_ path: String, _ arguments: [String]) throws -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        return process.terminationStatus
     }
 
     /// Swift's crash backtracer prints memory where session keys may be: it must be off before

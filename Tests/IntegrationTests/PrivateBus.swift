@@ -9,7 +9,9 @@ final class PrivateSystemBus: @unchecked Sendable {
     let address: String
     private let process: Process
 
-    init() throws {
+    /// With `activationDirectory`, a session-type bus that starts the services whose activation
+    /// files are there (as a user's session bus does with ~/.local/share/dbus-1/services).
+    init(activationDirectory: String? = nil) throws {
         var template = Array("/tmp/kcbus.XXXXXX".utf8CString)
         guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
         root = String(cString: p)
@@ -20,7 +22,8 @@ final class PrivateSystemBus: @unchecked Sendable {
             <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
              "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
             <busconfig>
-              <type>system</type>
+              <type>\(activationDirectory == nil ? "system" : "session")</type>
+              \(activationDirectory.map { "<servicedir>\($0)</servicedir>" } ?? "")
               <listen>\(address)</listen>
               <auth>EXTERNAL</auth>
               <policy context="default">
