@@ -19,14 +19,19 @@ public struct RestoreSummary: Sendable, Equatable {
 /// serialises the store), to be sealed without it: sealing runs Argon2id.
 public struct BackupContents: Sendable {
     let items: [AttributeDictionary]
-    /// ThisDeviceOnly items left out.
+    /// Items left out: ThisDeviceOnly ones and non-extractable keys.
     public let excluded: Int
+    /// Of `excluded`, the non-extractable keys.
+    let sealedKeys: Int
     let parameters: Argon2Parameters
 
     /// What the backup file says about the items it left out.
     var note: String {
-        excluded == 0 ? "no ThisDeviceOnly items"
-            : "\(excluded) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
+        let deviceOnly = excluded - sealedKeys
+        var text = deviceOnly == 0 ? "no ThisDeviceOnly items"
+            : "\(deviceOnly) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
+        if sealedKeys > 0 { text += "; \(sealedKeys) non-extractable key(s) left out: their bytes never leave keychaind" }
+        return text
     }
 
     /// The backup file: the items encoded (docs/backup-format.md) and sealed under `password`.
@@ -67,8 +72,8 @@ extension ItemStore {
     /// What a backup of this keychain holds now: every item that may leave the device. Needs
     /// the keychain unlocked.
     public func backupContents() throws(KeychainError) -> BackupContents {
-        let (items, excluded) = try exportMigratableItems()
-        return BackupContents(items: items, excluded: excluded, parameters: configuration.argon2)
+        let (items, excluded, sealedKeys) = try exportMigratableItems()
+        return BackupContents(items: items, excluded: excluded, sealedKeys: sealedKeys, parameters: configuration.argon2)
     }
 
     /// Adds a backup's items, all or none (see `importItems`).
@@ -81,18 +86,24 @@ extension ItemStore {
 
     /// Every item that may leave the device (ak, ck, dk), each as one dictionary: `class`, every
     /// attribute (group, protection class and dates included) and `v_Data`; and how many
-    /// ThisDeviceOnly items were left out. Needs the keychain unlocked; altered rows are left
-    /// out too (they cannot be read).
-    public func exportMigratableItems() throws(KeychainError) -> (items: [AttributeDictionary], excluded: Int) {
+    /// ThisDeviceOnly items and non-extractable keys were left out (the latter also counted on
+    /// their own). Needs the keychain unlocked; altered rows are left out too (they cannot be read).
+    public func exportMigratableItems() throws(KeychainError) -> (items: [AttributeDictionary], excluded: Int, sealedKeys: Int) {
         for pdmn in Self.migratable where !isAvailable(pdmn) {
             throw KeychainError(.interactionNotAllowed, "the keychain is locked: unlock it before a backup")
         }
         var items: [AttributeDictionary] = []
+        var sealedKeys = 0
         for cls in ItemClass.stored {
             for pdmn in Self.migratable {
                 let key = try classKey(pdmn)
                 try table.forEachRow(of: cls, protection: pdmn) { (row) throws(KeychainError) -> Bool in
                     guard let item = try? codec.open(row, classKey: key, withAttributes: true) else { return true }
+                    // Not even sealed under the backup password: such a key exists only here.
+                    if Self.isSealedKey(item) {
+                        sealedKeys += 1
+                        return true
+                    }
                     var dict = item.attributes
                     dict["class"] = .string(cls.rawValue)
                     dict["v_Data"] = .data(item.data)
@@ -103,7 +114,7 @@ extension ItemStore {
         }
         let counts = try table.countByProtection()
         let excluded = Protection.allCases.filter(\.isThisDeviceOnly).reduce(0) { $0 + (counts[$1.rawValue] ?? 0) }
-        return (items, excluded)
+        return (items, excluded + sealedKeys, sealedKeys)
     }
 
     /// Adds the items of a backup, sealed under this device's class keys, in one transaction:

@@ -58,6 +58,9 @@ extension ItemStore {
         let wanted = [query.returnData, query.returnAttributes, query.returnPersistentRef].filter { $0 }.count
         let single = query.limit.returnsSingle
         guard wanted > 0 else { return single ? .none : .list([]) }
+        if wanted == 1 && query.returnData, identities.contains(where: { Self.isSealedKey($0.key) }) {
+            throw KeychainError(.param, "a matching identity's key is not extractable: its bytes never leave keychaind")
+        }
         let results = identities.map { identity -> ItemResult in
             let ref = PersistentRef(itemClass: .identity, id: identity.certificate.row.persistentID).bytes
             if wanted == 1 && !query.returnAttributes {
@@ -68,7 +71,7 @@ extension ItemStore {
                 dict = identity.key.attributes.merging(identity.certificate.attributes) { _, cert in cert }
                 dict["certdata"] = .data(identity.certificate.data)
             }
-            if query.returnData { dict["v_Data"] = .data(identity.key.data) }
+            if query.returnData && !Self.isSealedKey(identity.key) { dict["v_Data"] = .data(identity.key.data) }
             if query.returnPersistentRef { dict["v_PersistentRef"] = .data(ref) }
             return .attributes(dict)
         }

@@ -40,6 +40,7 @@ extension ItemStore {
         attributes["sync"] = attributes["sync"] ?? .int(0)
         attributes["cdat"] = .date(stamp)
         attributes["mdat"] = .date(stamp)
+        if cls == .key { try fillKeyAttributes(&attributes, data: query.data) }
         let data = query.data ?? .empty
         let id = PersistentID.make(at: stamp)
         if accountFromID { attributes["acct"] = .string(PersistentID.hex(id)) }
@@ -88,7 +89,8 @@ extension ItemStore {
             throw KeychainError(.unimplemented, "r_Ref: object references do not cross the socket; ask for r_Data or r_Attributes")
         }
         let plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
-        let (items, corrupt) = try find(plan, limit: query.limit.maxRows, withAttributes: query.returnAttributes)
+        let (items, corrupt) = try find(plan, limit: query.limit.maxRows,
+                                        withAttributes: query.returnAttributes || Self.needsKeyAttributes(query))
         guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
         return try result(for: items, query: query, single: query.limit.returnsSingle)
     }
@@ -101,13 +103,18 @@ extension ItemStore {
     static func result(for items: [StoredItem], query: ItemQuery, single: Bool) throws(KeychainError) -> QueryResult {
         let wanted = [query.returnData, query.returnAttributes, query.returnPersistentRef].filter { $0 }.count
         guard wanted > 0 else { return single ? .none : .list([]) }
+        // A non-extractable key's bytes are never an answer: left out of a dictionary, and a
+        // call that asks for nothing but data is refused (docs/keys.md).
+        if wanted == 1 && query.returnData, items.contains(where: isSealedKey) {
+            throw KeychainError(.param, "a matching key is not extractable: its bytes never leave keychaind (ask for r_Attributes, or use the key calls)")
+        }
         let results = items.map { item -> ItemResult in
             let ref = PersistentRef(itemClass: item.itemClass, id: item.row.persistentID).bytes
             if wanted == 1 && !query.returnAttributes {
                 return query.returnData ? .data(item.data) : .persistentRef(ref)
             }
             var dict = query.returnAttributes ? item.attributes : [:]
-            if query.returnData { dict["v_Data"] = .data(item.data) }
+            if query.returnData && !isSealedKey(item) { dict["v_Data"] = .data(item.data) }
             if query.returnPersistentRef { dict["v_PersistentRef"] = .data(ref) }
             return .attributes(dict)
         }
@@ -149,6 +156,7 @@ extension ItemStore {
     func apply(_ changes: ItemChanges, to items: [StoredItem]) throws(KeychainError) {
         let stamp = now()
         for item in items {
+            try Self.checkKeyChange(item, changes)
             var attributes = item.attributes
             attributes.merge(changes.attributes) { _, new in new }
             try ItemQuery.checkSynchronizable(attributes)

@@ -73,7 +73,7 @@ public struct SplitReader: Sendable {
     /// Opens, matches and shapes one page, taking at most `wanted` matches.
     public func finishPage(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?) throws(KeychainError) -> SearchPage {
         let query = prepared.query
-        let decode = query.returnAttributes || prepared.plan.needsOpening
+        let decode = query.returnAttributes || prepared.plan.needsOpening || ItemStore.needsKeyAttributes(query)
         var items: [StoredItem] = []
         var corrupt = fetched.corrupt
         for (row, key) in fetched.rows {
@@ -95,7 +95,7 @@ public struct SplitReader: Sendable {
     /// limit leave the answer incomplete: run `copyMatching` instead.
     public func finish(_ prepared: PreparedSearch, _ fetched: FetchedRows) throws(KeychainError) -> QueryResult? {
         let query = prepared.query
-        let decode = query.returnAttributes || prepared.plan.needsOpening
+        let decode = query.returnAttributes || prepared.plan.needsOpening || ItemStore.needsKeyAttributes(query)
         var items: [StoredItem] = []
         var corrupt = fetched.corrupt
         let limit = query.limit.maxRows
