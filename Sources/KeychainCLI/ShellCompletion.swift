@@ -11,6 +11,9 @@ enum ShellCompletion {
         case "class": ["generic-password", "internet-password"]
         case "accessible": Accessible.names
         case "on-conflict": ConflictPolicy.allCases.map(\.rawValue)
+        case "type": KeyCommands.typeNames
+        case "format": KeyCommands.formats
+        case "algorithm": KeyCommands.algorithms.map(\.name)
         default: nil
         }
     }
@@ -34,11 +37,20 @@ enum ShellCompletion {
         for c in commands {
             let word = c.spec.name.split(separator: " ")[0]
             guard seen.insert(String(word)).inserted else { continue }
-            out.append((String(word), c.spec.name.contains(" ") ? "Manage the passcode (admin)." : c.spec.summary))
+            out.append((String(word), c.spec.name.contains(" ") ? groupSummary(String(word)) : c.spec.summary))
         }
         out.append(("help", "Show the commands, or one command's options."))
         out.append(("completion", "Print a completion script for bash, zsh or fish."))
         return out
+    }
+
+    /// What a group of two-word commands is for.
+    static func groupSummary(_ word: String) -> String {
+        switch word {
+        case "passcode": "Manage the passcode (admin)."
+        case "key": "Make and use keys that stay inside keychaind."
+        default: "\(word) commands."
+        }
     }
 
     static func subcommands(of word: String) -> [CommandSpec] {
@@ -85,7 +97,7 @@ enum ShellCompletion {
                 case $word in
                     \(valueOptions)) ((i++)) ;;
                     -*) ;;
-                    *) if [[ -z $cmd ]]; then cmd=$word; elif [[ -z $sub && $cmd == passcode ]]; then sub=$word; fi ;;
+                    *) if [[ -z $cmd ]]; then cmd=$word; elif [[ -z $sub ]] && [[ " \(groups.joined(separator: " ")) " == *" $cmd "* ]]; then sub=$word; fi ;;
                 esac
             done
             if [[ -z $cmd ]]; then

@@ -37,6 +37,18 @@ public enum Request: Sendable, Equatable {
     /// The portal's per-app secret (64 random bytes, made on first use), kept in the group
     /// `portal.<appID>`. Only for the portal, inside asCaller.
     case portalSecret(appID: String)
+    /// Generates a private key of the `type` the attributes name and stores it as a keys item;
+    /// the answer is its attributes with its persistent reference (docs/keys.md).
+    case keyGenerate(AttributeDictionary)
+    /// The public key of the private key the query finds.
+    case keyPublic(AttributeDictionary)
+    /// A signature by the key the query finds: parameters `algorithm` and `data`.
+    case keySign(query: AttributeDictionary, parameters: AttributeDictionary)
+    /// Checks a signature against the key's public key: `algorithm`, `data`, `signature`.
+    case keyVerify(query: AttributeDictionary, parameters: AttributeDictionary)
+    /// Key agreement with a peer's public key: `algorithm`, `peer`, and for the KDF
+    /// algorithms `requestedSize` and optionally `sharedInfo`.
+    case keyAgree(query: AttributeDictionary, parameters: AttributeDictionary)
 
     /// The largest piece of a backup file moved in one call.
     public static let chunkBytes = 512 << 10
@@ -46,7 +58,9 @@ public enum Request: Sendable, Equatable {
         case add = 1, copyMatching = 2, update = 3, delete = 4, status = 5
         case lock = 6, unlock = 7, setPasscode = 8, changePasscode = 9, removePasscode = 10
         case backupBegin = 11, backupRead = 12, restoreBegin = 13, restoreWrite = 14, restoreCommit = 15
+        // 16-19: the Secret Service (issue 16). 24-31: keys (29-30 encryption, 31 reserved).
         case asCaller = 16, attributeSearch = 17, attributeAdd = 18, portalSecret = 19
+        case keyGenerate = 24, keyPublic = 25, keySign = 26, keyVerify = 27, keyAgree = 28
     }
 
     public var operation: Operation {
@@ -70,6 +84,11 @@ public enum Request: Sendable, Equatable {
         case .attributeSearch: .attributeSearch
         case .attributeAdd: .attributeAdd
         case .portalSecret: .portalSecret
+        case .keyGenerate: .keyGenerate
+        case .keyPublic: .keyPublic
+        case .keySign: .keySign
+        case .keyVerify: .keyVerify
+        case .keyAgree: .keyAgree
         }
     }
 
@@ -88,6 +107,7 @@ public enum Request: Sendable, Equatable {
     public var needsAccessGroups: Bool {
         switch self {
         case .add, .copyMatching, .update, .delete, .attributeSearch, .attributeAdd: true
+        case .keyGenerate, .keyPublic, .keySign, .keyVerify, .keyAgree: true
         case .asCaller(_, _, let inner): inner.needsAccessGroups
         default: false
         }
@@ -96,7 +116,7 @@ public enum Request: Sendable, Equatable {
     /// Calls that write items, and so may share a group commit with others.
     public var writesItems: Bool {
         switch self {
-        case .add, .update, .delete, .attributeAdd, .portalSecret: true
+        case .add, .update, .delete, .attributeAdd, .portalSecret, .keyGenerate: true
         case .asCaller(_, _, let inner): inner.writesItems
         default: false
         }
@@ -164,9 +184,9 @@ public enum WireCodec {
         w.u8(version)
         w.u8(request.operation.rawValue)
         switch request {
-        case .add(let d), .copyMatching(let d), .delete(let d):
+        case .add(let d), .copyMatching(let d), .delete(let d), .keyGenerate(let d), .keyPublic(let d):
             AttributeCodec.encode(d, into: &w)
-        case .update(let q, let c):
+        case .update(let q, let c), .keySign(let q, let c), .keyVerify(let q, let c), .keyAgree(let q, let c):
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
         case .status, .lock:
@@ -232,6 +252,17 @@ public enum WireCodec {
         case .update:
             let q = try AttributeCodec.decode(from: &r)
             request = .update(query: q, changes: try AttributeCodec.decode(from: &r))
+        case .keyGenerate: request = .keyGenerate(try AttributeCodec.decode(from: &r))
+        case .keyPublic: request = .keyPublic(try AttributeCodec.decode(from: &r))
+        case .keySign:
+            let q = try AttributeCodec.decode(from: &r)
+            request = .keySign(query: q, parameters: try AttributeCodec.decode(from: &r))
+        case .keyVerify:
+            let q = try AttributeCodec.decode(from: &r)
+            request = .keyVerify(query: q, parameters: try AttributeCodec.decode(from: &r))
+        case .keyAgree:
+            let q = try AttributeCodec.decode(from: &r)
+            request = .keyAgree(query: q, parameters: try AttributeCodec.decode(from: &r))
         case .status: request = .status
         case .lock: request = .lock
         case .unlock: request = .unlock(passcode: try passcode(&r))

@@ -79,8 +79,8 @@ final class AuditLog: Sendable {
 
     private static func query(of request: Request) -> AttributeDictionary? {
         switch request {
-        case .add(let d), .copyMatching(let d), .delete(let d), .attributeAdd(let d, _): d
-        case .update(let q, _): q
+        case .add(let d), .copyMatching(let d), .delete(let d), .attributeAdd(let d, _), .keyGenerate(let d), .keyPublic(let d): d
+        case .update(let q, _), .keySign(let q, _), .keyVerify(let q, _), .keyAgree(let q, _): q
         case .asCaller(_, _, let inner): query(of: inner)
         default: nil
         }

@@ -162,7 +162,7 @@ final class RequestHandler {
                 throw KeychainError(.internal, "a backup derived no file")
             }
             let session = try transfers.offer(backup.file, at: clock.monotonic())
-            log("backup of \(backup.itemCount) item(s) for \(caller); \(backup.excluded) ThisDeviceOnly item(s) left out")
+            log("backup of \(backup.itemCount) item(s) for \(caller); \(backup.excluded) item(s) left out (ThisDeviceOnly, non-extractable keys)")
             return Response(result: .single(.attributes([
                 "session": .int(Int64(session)), "size": .int(Int64(backup.file.count)),
                 "items": .int(Int64(backup.itemCount)), "excluded": .int(Int64(backup.excluded)), "note": .string(backup.note)])))
@@ -191,6 +191,17 @@ final class RequestHandler {
             try store.update(query, changes: changes, scope: scope)
         case .delete(let dict):
             try store.delete(dict, scope: scope)
+        case .keyGenerate(let dict):
+            return Response(result: try store.generateKey(dict, scope: scope))
+        case .keyPublic(let query):
+            return Response(result: .single(.data(SecretBytes(try store.publicKey(query, scope: scope)))))
+        case .keySign(let query, let parameters):
+            return Response(result: .single(.data(SecretBytes(try store.sign(query, parameters: parameters, scope: scope)))))
+        case .keyVerify(let query, let parameters):
+            let valid = try store.verify(query, parameters: parameters, scope: scope)
+            return Response(result: .single(.attributes(["valid": .bool(valid)])))
+        case .keyAgree(let query, let parameters):
+            return Response(result: .single(.data(try store.agree(query, parameters: parameters, scope: scope))))
         case .status:
             return Response(result: .single(.attributes(status(scope))))
         case .lock:

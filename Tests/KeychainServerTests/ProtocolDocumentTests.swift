@@ -50,6 +50,9 @@ struct ProtocolDocumentTests {
         Exchange(request: .asCaller(pid: 4242, startTime: 1_234_567, inner: attributeAdd),
                  response: Response(result: .single(.attributes(["replaced": .bool(false), "v_PersistentRef": .data(persistentRef)])))),
         Exchange(request: .asCaller(pid: 4242, startTime: 1_234_567, inner: .portalSecret(appID: "org.example.App"))),
+        Exchange(request: .keySign(query: ["labl": .string("k")],
+                                   parameters: ["algorithm": .string("algid:sign:EdDSA:message-Ed25519"), "data": .data(Array("hi".utf8))]),
+                 response: Response(status: -25300, message: "no item matches the query")),
     ]
 
     static let attributeAdd = Request.attributeAdd([
