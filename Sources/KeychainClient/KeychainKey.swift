@@ -107,6 +107,12 @@ public struct KeychainKey: Sendable {
         return secret
     }
 
+    /// The same key, called through `connection` (another thread's, say).
+    public func using(_ connection: KeychainConnection) -> KeychainKey {
+        KeychainKey(type: type, label: label, applicationTag: applicationTag, publicKey: publicKey, persistentRef: persistentRef,
+                    accessGroup: accessGroup, extractable: extractable, attributes: attributes, connection: connection)
+    }
+
     /// Deletes the key from the keychain.
     public func delete() throws(KeychainError) {
         try connection.delete(reference)

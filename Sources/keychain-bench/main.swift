@@ -21,7 +21,7 @@ struct Options {
     /// queries), which then runs alone; 0: not run.
     var bigItems = 0
     /// Which figures to run (profiling one operation at a time); all by default.
-    var ops: Set<String> = ["status", "add", "get", "update", "delete"]
+    var ops: Set<String> = ["status", "add", "get", "update", "delete", "sign"]
     /// KeychainConnection's busyPollMicroseconds (0: the client sleeps for every answer).
     /// The bench measures latency, so its clients watch for answers (the library's default is
     /// not to): 40 µs, as in docs/performance.md.
@@ -54,7 +54,7 @@ struct Options {
             case "--attribute-search": attributeSearchSizes = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
             case "--secret-service": secretServiceItems = Int(args[i + 1]) ?? secretServiceItems; i += 1
             default:
-                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)]")
+                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete,sign] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)]")
                 exit(64)
             }
             i += 1
@@ -587,6 +587,28 @@ for c in options.clients where options.ops.contains("status") {
     report("status", n: 0, c: c, measure(clients: c, count: options.getsPerClient * c, socket: socket) { conn, _ in
         _ = try conn.status()
     })
+}
+
+// Signatures made inside the daemon (docs/keys.md) through KeychainKey, one call each: an
+// Ed25519 and a P-256 key, a 64-byte message (what an SSH signature covers is of that order).
+if options.ops.contains("sign") {
+    let message = [UInt8](repeating: 0x5a, count: 64)
+    for (type, algorithm) in [(KeyType.ed25519, KeySigningAlgorithm.ed25519), (.p256, .ecdsaMessageX962SHA256)] {
+        let label = "bench-sign-\(type.rawValue)"
+        for old in (try? KeychainKey.find(label: label, connection: setup)) ?? [] { try? old.delete() }
+        let key = try! KeychainKey.generate(type, label: label, connection: setup)
+        for c in options.clients {
+            let figure = measure(clients: c, count: max(1_000, options.getsPerClient * c / 4), socket: socket) { conn, _ in
+                _ = try key.using(conn).sign(message, algorithm: algorithm)
+            }
+            let lat = figure.latencies.sorted()
+            print("sign   \(type.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0)) c=\(c)  "
+                  + String(format: "ops/s=%8.0f  median=%7.1fus  p99=%7.1fus",
+                           Double(figure.operations) / figure.seconds, percentile(lat, 0.5), percentile(lat, 0.99)))
+            fflush(nil)
+        }
+        try? key.delete()
+    }
 }
 
 // A small keychain's writes are over in a fraction of a second, too short to average out the
