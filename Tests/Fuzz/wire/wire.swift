@@ -31,6 +31,7 @@ func checkRequest(_ payload: SecretBytes) {
     case .delete(let d): _ = try? ItemQuery(d, for: .delete)
     case .update(let q, let c):
         if let query = try? ItemQuery(q, for: .update) { _ = try? ItemChanges(c, for: query.itemClass) }
+    case .keyGenerate(let d): _ = try? ItemQuery(d.merging(["class": .string("keys")]) { $1 }, for: .add)
     default: break
     }
 }
@@ -81,6 +82,12 @@ public func fuzzInitialize(_ argc: UnsafeMutableRawPointer?, _ argv: UnsafeMutab
                 ["class": .string("genp"), "svce": .string("secret-service:login"), "v_Data": .data(Array("pw".utf8)),
                  "xsat": .data(try! SecretServiceAttributes(["user": "me"]).encoded)], replace: true))),
             ("as-caller-portal", .asCaller(pid: 4242, startTime: 1_234_567, inner: .portalSecret(appID: "org.example.App"))),
+            ("key-generate", .keyGenerate(["type": .int(105), "labl": .string("k"), "atag": .data(Array("ssh".utf8))])),
+            ("key-sign", .keySign(query: ["labl": .string("k")],
+                                  parameters: ["algorithm": .string("algid:sign:EdDSA:message-Ed25519"), "data": .data([1, 2, 3])])),
+            ("key-agree", .keyAgree(query: ["v_PersistentRef": .data(Array("keys".utf8) + [UInt8](repeating: 9, count: 16))],
+                                    parameters: ["algorithm": .string("algid:keyexchange:ECDH:standard-X963SHA256"),
+                                                 "peer": .data([UInt8](repeating: 9, count: 32)), "requestedSize": .int(32)])),
         ]
         let responses: [(String, Response)] = [
             ("ok", Response()),
