@@ -10,11 +10,11 @@ struct Command: Sendable {
     let body: @Sendable (Context) throws -> Void
 }
 
-private let globalOptions: [(name: String, help: String)] = [
+let globalOptions: [(name: String, help: String)] = [
     ("socket", "keychaind's socket (default: $KEYCHAIN_SOCKET, else the per-user default)."),
     ("trust-uid", "Also talk to a keychaind running as this uid or user (default: $KEYCHAIN_TRUST_UID); root's and your own are always trusted."),
 ]
-private let jsonFlag: [(name: String, help: String)] = [("json", "Machine-readable JSON output.")]
+let jsonFlag: [(name: String, help: String)] = [("json", "Machine-readable JSON output.")]
 private let itemOptions: [(name: String, help: String)] = [
     ("class", "generic-password (default) or internet-password."),
     ("service", "Service (generic passwords)."),

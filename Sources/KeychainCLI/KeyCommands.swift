@@ -3,13 +3,8 @@ import KeychainModel
 
 /// `keychain key ...`: keys made and used inside keychaind (docs/keys.md).
 enum KeyCommands {
-    static let globalOptions: [(name: String, help: String)] = [
-        ("socket", "keychaind's socket (default: $KEYCHAIN_SOCKET, else the per-user default)."),
-        ("trust-uid", "Also talk to a keychaind running as this uid or user (default: $KEYCHAIN_TRUST_UID); root's and your own are always trusted."),
-    ]
     static let typeNames = KeyType.allCases.map(\.rawValue)
     static let formats = ["ssh", "pem", "raw"]
-    static let jsonFlag: [(name: String, help: String)] = [("json", "Machine-readable JSON output.")]
     static let labelOption: [(name: String, help: String)] = [("label", "The key's label.")]
 
     static let commands: [Command] = [
