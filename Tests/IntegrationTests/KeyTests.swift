@@ -174,6 +174,41 @@ struct KeyTests {
         #expect(try d.cli(["key", "sign", "--label", "a-key"], input: [1], asUser: appA).status == Exit.success)
     }
 
+    /// The free() hook of SecretMemoryTests in the daemon while it imports, lists and uses keys
+    /// whose private bytes hold the marker: no freed block holds them.
+    @Test func theDaemonFreesNoBlockHoldingAPrivateKey() throws {
+        var template = Array("/tmp/kcfk.XXXXXX".utf8CString)
+        let scratch = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let report = scratch + "/report"
+        let d = try RunningDaemon(environment: [
+            "LD_PRELOAD": try SecretMemoryTests.buildHook(into: scratch),
+            "FREESCAN_MARKER": SecretMemoryTests.marker, "FREESCAN_REPORT": report,
+        ])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        // 32 bytes with the marker in them: a valid Ed25519 seed, X25519 scalar and P-256 scalar.
+        let raw = bytes(SecretMemoryTests.marker) + [UInt8](repeating: 0x42, count: 32 - SecretMemoryTests.marker.utf8.count)
+        let p256 = Array(try P256.Signing.PrivateKey(rawRepresentation: raw).x963Representation)
+        let ed = try KeychainKey.importPrivateKey(SecretBytes(raw), type: .ed25519, label: "ed", connection: c)
+        let x = try KeychainKey.importPrivateKey(SecretBytes(raw), type: .x25519, label: "x", connection: c)
+        let p = try KeychainKey.importPrivateKey(SecretBytes(p256), type: .p256, label: "p", connection: c)
+        for _ in 0..<3 {
+            _ = try ed.sign(bytes("m"), algorithm: .ed25519)
+            _ = try p.sign(bytes("m"), algorithm: .ecdsaMessageX962SHA256)
+            _ = try p.verify([0x30, 0x00], for: bytes("m"), algorithm: .ecdsaMessageX962SHA256)
+            _ = try x.agree(with: Array(Curve25519.KeyAgreement.PrivateKey().publicKey.rawRepresentation))
+            _ = try p.agree(with: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation), algorithm: .standardX963SHA256, requestedSize: 32)
+            _ = try KeychainKey.find(connection: c)
+        }
+        _ = try KeychainKey.generate(.p256, label: "fresh", connection: c).sign([1], algorithm: .ecdsaMessageX962SHA256)
+        for key in [ed, x, p] { try key.delete() }
+        #expect(d.stop() == 0)
+        let lines = try String(contentsOfFile: report, encoding: .utf8).split(separator: "\n")
+        #expect(lines.contains { $0.hasPrefix("start ") }, "the hook did not load")
+        let hits = lines.filter { $0.hasPrefix("hit ") }
+        #expect(hits.isEmpty, "\(hits.count) freed block(s) held a private key: \(hits.prefix(5))")
+    }
+
     private func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
         guard needle.count <= haystack.count else { return false }
         return (0...(haystack.count - needle.count)).contains { Array(haystack[$0..<($0 + needle.count)]) == needle }
