@@ -188,12 +188,12 @@ extension ItemStore {
 }
 
 /// The parameters dictionary of a key call (docs/protocol.md): named values, checked here.
-public struct KeyCallParameters {
+struct KeyCallParameters {
     let values: AttributeDictionary
 
-    public init(_ values: AttributeDictionary) { self.values = values }
+    init(_ values: AttributeDictionary) { self.values = values }
 
-    public func signingAlgorithm() throws(KeychainError) -> KeySigningAlgorithm {
+    func signingAlgorithm() throws(KeychainError) -> KeySigningAlgorithm {
         guard case .string(let name)? = values["algorithm"], let algorithm = KeySigningAlgorithm(rawValue: name) else {
             throw KeychainError(.param, "algorithm must be one of \(KeySigningAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
         }
@@ -201,7 +201,7 @@ public struct KeyCallParameters {
     }
 
     /// A data parameter; data that is not secret (messages, signatures, public keys).
-    public func bytes(_ name: String) throws(KeychainError) -> [UInt8] {
+    func bytes(_ name: String) throws(KeychainError) -> [UInt8] {
         guard case .data(let d)? = values[name] else { throw KeychainError(.param, "the call needs \(name) as data") }
         return Array(d)
     }
