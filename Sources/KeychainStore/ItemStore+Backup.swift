@@ -124,7 +124,10 @@ extension ItemStore {
             var summary = RestoreSummary()
             var conflicts = 0
             for dict in items {
-                let (cls, attributes, data) = try Self.backupItem(dict)
+                let (cls, given, data) = try Self.backupItem(dict)
+                var attributes = given
+                // A private key is checked as an import is: the key calls trust stored keys.
+                if cls == .key { try fillKeyAttributes(&attributes, data: data) }
                 let pdmn = Protection(rawValue: attributes["pdmn"]!.stringValue!)!
                 let row = codec.seal(cls, attributes: attributes, data: data,
                                      persistentID: PersistentID.make(at: now()), classKey: try classKey(pdmn))

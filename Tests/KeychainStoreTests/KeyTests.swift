@@ -244,6 +244,15 @@ struct KeyTests {
         }
     }
 
+    @Test func aRestoredPrivateKeyIsCheckedAsAnImportIs() throws {
+        let t = try TemporaryStore()
+        let item: AttributeDictionary = ["class": .string("keys"), "kcls": .int(1), "type": .int(105), "v_Data": .data([1, 2, 3]),
+                                         "agrp": .string("com.example.app"), "pdmn": .string("ak"), "sync": .int(0),
+                                         "cdat": .date(1), "mdat": .date(1)]
+        expectStatus(.param) { _ = try t.store.importItems([item], onConflict: .fail) }
+        #expect(try t.count(["class": .string("keys")]) == 0)
+    }
+
     @Test func generationRefusesAnUnknownTypeAndGivenBytes() throws {
         let t = try TemporaryStore()
         expectStatus(.param) { _ = try t.store.generateKey(["type": .int(42)], scope: TemporaryStore.app) }
