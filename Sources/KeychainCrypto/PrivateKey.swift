@@ -15,8 +15,26 @@ public struct PrivateKey: Sendable {
     public let type: KeyType
     /// The stored form; never leaves the daemon for a non-extractable key.
     public let bytes: SecretBytes
+
     /// The public key, as the contract ships it: raw 32 bytes or an X9.63 uncompressed point.
-    public let publicKey: [UInt8]
+    /// Computed when asked (a scalar multiplication for the 25519 keys; P-256's is stored).
+    public var publicKey: [UInt8] {
+        switch type {
+        case .ed25519: Curve25519Keys.ed25519PublicKey(seed: bytes)
+        case .x25519: Curve25519Keys.x25519PublicKey(scalar: bytes)
+        case .p256: Array(bytes.prefix(65))
+        }
+    }
+
+    /// A key as the keychain stored it, after `init(type:bytes:)` checked it: its row is
+    /// authenticated, so using it needs no second check (and no scalar multiplication).
+    public init(stored bytes: SecretBytes, type: KeyType) throws(KeychainError) {
+        guard bytes.count == type.privateKeyBytes else {
+            throw KeychainError(.decode, "a stored \(type.rawValue) private key is \(bytes.count) bytes")
+        }
+        self.type = type
+        self.bytes = bytes
+    }
 
     /// Checks `bytes` as a private key of `type` and derives its public key. errSecParam for
     /// a malformed key: wrong length, a P-256 scalar out of range, or a P-256 point that is not
@@ -27,18 +45,13 @@ public struct PrivateKey: Sendable {
         }
         self.type = type
         self.bytes = bytes
-        switch type {
-        case .ed25519: publicKey = Curve25519Keys.ed25519PublicKey(seed: bytes)
-        case .x25519: publicKey = Curve25519Keys.x25519PublicKey(scalar: bytes)
-        case .p256:
-            let key = try Self.p256Signing(bytes)
-            let point = Array(key.publicKey.x963Representation)
+        if type == .p256 {
+            let point = Array(try Self.p256Signing(bytes).publicKey.x963Representation)
             // The point is stored beside the scalar: one that is not the scalar's would make
             // klbl and the public key lie about the key.
             guard Sodium.constantTimeEqual(point, Array(bytes.prefix(65))) else {
                 throw KeychainError(.param, "the P-256 key's public point is not its scalar's")
             }
-            publicKey = point
         }
     }
 

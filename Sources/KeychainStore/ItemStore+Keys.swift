@@ -107,7 +107,7 @@ extension ItemStore {
         if let usage, item.attributes[usage] != .int(1) {
             throw KeychainError(.param, "the key's \(Self.usageName[usage] ?? usage) is off: algorithm not supported by the key")
         }
-        return try PrivateKey(type: type, bytes: item.data)
+        return try PrivateKey(stored: item.data, type: type)
     }
 
     static let usageName = ["sign": "kSecAttrCanSign (sign)", "drve": "kSecAttrCanDerive (drve)", "decr": "kSecAttrCanDecrypt (decr)"]
