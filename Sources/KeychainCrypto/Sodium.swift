@@ -151,3 +151,60 @@ public enum KeyedHash {
         return out
     }
 }
+
+/// libsodium's sealed box to an X25519 key (crypto_box_seal): an ephemeral X25519 key, its
+/// public half first, then XSalsa20-Poly1305 under the key both sides derive. Anyone with the
+/// public key can seal; only the private key opens, and the sender stays anonymous.
+public enum X25519SealedBox {
+    public static let keyBytes = Int(crypto_box_publickeybytes())
+    /// Ephemeral public key plus the Poly1305 tag.
+    public static let overheadBytes = Int(crypto_box_sealbytes())
+
+    /// Fails with errSecParam for a public key of the wrong length or of small order (one
+    /// whose shared secret would be all zero, which libsodium refuses).
+    public static func seal(_ plaintext: some ContiguousByteBuffer, to publicKey: [UInt8]) throws(KeychainError) -> [UInt8] {
+        Sodium.ensureInitialised()
+        guard publicKey.count == keyBytes else {
+            throw KeychainError(.param, "an X25519 public key is \(keyBytes) bytes, not \(publicKey.count)")
+        }
+        var out = [UInt8](repeating: 0, count: plaintext.count + overheadBytes)
+        let rc = out.withUnsafeMutableBufferPointer { o in
+            plaintext.withUnsafeBytes { m in
+                publicKey.withUnsafeBufferPointer { pk in
+                    crypto_box_seal(o.baseAddress!, m.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(m.count), pk.baseAddress!)
+                }
+            }
+        }
+        guard rc == 0 else { throw KeychainError(.param, "the X25519 public key is not usable for a sealed box") }
+        return out
+    }
+
+    /// Opens into wiped memory. Every failure (too short, wrong key, altered bytes) is the
+    /// same errSecParam, as Apple reports a failed decryption, so the answer tells nothing
+    /// about which byte was wrong.
+    public static func open(_ sealed: [UInt8], privateKey: some ContiguousByteBuffer) throws(KeychainError) -> SecretBytes {
+        Sodium.ensureInitialised()
+        guard privateKey.count == keyBytes else {
+            throw KeychainError(.param, "an X25519 private key is \(keyBytes) bytes, not \(privateKey.count)")
+        }
+        guard sealed.count >= overheadBytes else {
+            throw KeychainError(.param, "a sealed box is at least \(overheadBytes) bytes")
+        }
+        var rc: Int32 = -1
+        let plaintext = SecretBytes(count: sealed.count - overheadBytes) { m in
+            privateKey.withUnsafeBytes { sk in
+                let secret = sk.baseAddress!.assumingMemoryBound(to: UInt8.self)
+                // crypto_box_seal_open wants the recipient's public key too (it is hashed
+                // into the nonce); derive it rather than trust a second argument to match.
+                var publicKey = [UInt8](repeating: 0, count: keyBytes)
+                guard crypto_scalarmult_base(&publicKey, secret) == 0 else { return }
+                rc = sealed.withUnsafeBufferPointer { c in
+                    crypto_box_seal_open(m.baseAddress?.assumingMemoryBound(to: UInt8.self), c.baseAddress!, UInt64(c.count),
+                                         publicKey, secret)
+                }
+            }
+        }
+        guard rc == 0 else { throw KeychainError(.param, "the sealed box does not open with this key (wrong key or altered bytes)") }
+        return plaintext
+    }
+}
