@@ -136,7 +136,7 @@ let commands: [Command] = [
         try c.connection().removePasscode(current: current)
         c.printStatusJSON()
     },
-] + KeyCommands.commands
+] + KeyCommands.commands + KeyEncryptionCommands.commands
 
 extension String {
     var trimmingQuotes: String {

@@ -55,7 +55,7 @@ enum KeyCommands {
     }
 
     /// The one key with the label; errSecParam when several share it.
-    private static func key(_ c: Context) throws -> KeychainKey {
+    static func key(_ c: Context) throws -> KeychainKey {
         let label = try label(c)
         let keys = try KeychainKey.find(label: label, connection: try c.connection())
         guard let key = keys.first else { throw KeychainError(.itemNotFound, "no key is labelled \(label)") }

@@ -13,7 +13,7 @@ enum ShellCompletion {
         case "on-conflict": ConflictPolicy.allCases.map(\.rawValue)
         case "type": KeyCommands.typeNames
         case "format": KeyCommands.formats
-        case "algorithm": KeyCommands.algorithms.map(\.name)
+        case "algorithm": KeyCommands.algorithms.map(\.name) + KeyEncryptionCommands.algorithms.map(\.name)
         default: nil
         }
     }

@@ -237,7 +237,7 @@ public final class KeychainConnection: Sendable {
     /// true for reads; writes are retried only when the failure came before sending.
     static func isSafeToRepeat(_ request: Request) -> Bool {
         switch request {
-        case .copyMatching, .status, .lock, .attributeSearch, .keyPublic, .keySign, .keyVerify, .keyAgree: true
+        case .copyMatching, .status, .lock, .attributeSearch, .keyPublic, .keySign, .keyVerify, .keyAgree, .keyEncrypt, .keyDecrypt: true
         case .asCaller(_, _, let inner): isSafeToRepeat(inner)
         default: false
         }
@@ -247,7 +247,7 @@ public final class KeychainConnection: Sendable {
     /// durable commit (hundreds of microseconds), so watching for its answer would only burn CPU.
     static func isAnsweredAtOnce(_ request: Request) -> Bool {
         switch request {
-        case .copyMatching, .status, .attributeSearch, .keyPublic, .keySign, .keyVerify, .keyAgree: true
+        case .copyMatching, .status, .attributeSearch, .keyPublic, .keySign, .keyVerify, .keyAgree, .keyEncrypt, .keyDecrypt: true
         case .asCaller(_, _, let inner): isAnsweredAtOnce(inner)
         default: false
         }

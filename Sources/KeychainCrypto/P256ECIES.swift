@@ -1,5 +1,9 @@
-internal import Crypto
-internal import Foundation
+import Crypto
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import KeychainModel
 
 /// ECIES on P-256 computed the way Apple's Security framework computes it for

@@ -3,7 +3,7 @@
 /// ciphertext made by SecKeyCreateEncryptedData on a Mac or iPhone opens here and the reverse.
 /// P-256 has cofactor 1, so each Cofactor algorithm computes exactly what its Standard twin does;
 /// both names are accepted because Apple code uses both.
-public enum KeyEncryptionAlgorithm: String, Sendable, CaseIterable, CustomStringConvertible {
+public enum KeyEncryptionAlgorithm: String, Sendable, CaseIterable, Hashable, CustomStringConvertible {
     /// AES-GCM with a 16-byte IV taken from the X9.63 KDF output: what Apple recommends.
     case eciesEncryptionStandardVariableIVX963SHA256AESGCM = "algid:encrypt:ECIES:ECDH:KDFX963:SHA256:AESGCM-KDFIV"
     case eciesEncryptionCofactorVariableIVX963SHA256AESGCM = "algid:encrypt:ECIES:ECDHC:KDFX963:SHA256:AESGCM-KDFIV"
@@ -24,7 +24,8 @@ public enum KeyEncryptionAlgorithm: String, Sendable, CaseIterable, CustomString
         }
     }
 
-    public var isECIES: Bool { self != .sealedBoxX25519XSalsa20Poly1305 }
+    /// The key type the algorithm needs.
+    public var keyType: KeyType { self == .sealedBoxX25519XSalsa20Poly1305 ? .x25519 : .p256 }
 
     public var description: String { rawValue }
 }

@@ -49,6 +49,11 @@ public enum Request: Sendable, Equatable {
     /// Key agreement with a peer's public key: `algorithm`, `peer`, and for the KDF
     /// algorithms `requestedSize` and optionally `sharedInfo`.
     case keyAgree(query: AttributeDictionary, parameters: AttributeDictionary)
+    /// Encryption to the key's public half: `algorithm`, `data` (the plaintext), optionally
+    /// `publicKey` (then the key's class key is not needed).
+    case keyEncrypt(query: AttributeDictionary, parameters: AttributeDictionary)
+    /// Decryption with the private key: `algorithm`, `data` (the ciphertext).
+    case keyDecrypt(query: AttributeDictionary, parameters: AttributeDictionary)
 
     /// The largest piece of a backup file moved in one call.
     public static let chunkBytes = 512 << 10
@@ -61,6 +66,7 @@ public enum Request: Sendable, Equatable {
         // 16-19: the Secret Service (issue 16). 24-31: keys (29-30 encryption, 31 reserved).
         case asCaller = 16, attributeSearch = 17, attributeAdd = 18, portalSecret = 19
         case keyGenerate = 24, keyPublic = 25, keySign = 26, keyVerify = 27, keyAgree = 28
+        case keyEncrypt = 29, keyDecrypt = 30
     }
 
     public var operation: Operation {
@@ -89,6 +95,8 @@ public enum Request: Sendable, Equatable {
         case .keySign: .keySign
         case .keyVerify: .keyVerify
         case .keyAgree: .keyAgree
+        case .keyEncrypt: .keyEncrypt
+        case .keyDecrypt: .keyDecrypt
         }
     }
 
@@ -109,6 +117,7 @@ public enum Request: Sendable, Equatable {
         case .add, .copyMatching, .update, .delete, .attributeSearch, .attributeAdd: true
         case .keyGenerate, .keyPublic, .keySign, .keyVerify, .keyAgree: true
         case .asCaller(_, _, let inner): inner.needsAccessGroups
+        case .keyEncrypt, .keyDecrypt: true
         default: false
         }
     }
@@ -186,7 +195,8 @@ public enum WireCodec {
         switch request {
         case .add(let d), .copyMatching(let d), .delete(let d), .keyGenerate(let d), .keyPublic(let d):
             AttributeCodec.encode(d, into: &w)
-        case .update(let q, let c), .keySign(let q, let c), .keyVerify(let q, let c), .keyAgree(let q, let c):
+        case .update(let q, let c), .keySign(let q, let c), .keyVerify(let q, let c), .keyAgree(let q, let c),
+             .keyEncrypt(let q, let c), .keyDecrypt(let q, let c):
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
         case .status, .lock:
@@ -263,6 +273,12 @@ public enum WireCodec {
         case .keyAgree:
             let q = try AttributeCodec.decode(from: &r)
             request = .keyAgree(query: q, parameters: try AttributeCodec.decode(from: &r))
+        case .keyEncrypt:
+            let q = try AttributeCodec.decode(from: &r)
+            request = .keyEncrypt(query: q, parameters: try AttributeCodec.decode(from: &r))
+        case .keyDecrypt:
+            let q = try AttributeCodec.decode(from: &r)
+            request = .keyDecrypt(query: q, parameters: try AttributeCodec.decode(from: &r))
         case .status: request = .status
         case .lock: request = .lock
         case .unlock: request = .unlock(passcode: try passcode(&r))

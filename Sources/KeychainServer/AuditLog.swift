@@ -82,6 +82,7 @@ final class AuditLog: Sendable {
         case .add(let d), .copyMatching(let d), .delete(let d), .attributeAdd(let d, _), .keyGenerate(let d), .keyPublic(let d): d
         case .update(let q, _), .keySign(let q, _), .keyVerify(let q, _), .keyAgree(let q, _): q
         case .asCaller(_, _, let inner): query(of: inner)
+        case .keyEncrypt(let q, _), .keyDecrypt(let q, _): q
         default: nil
         }
     }

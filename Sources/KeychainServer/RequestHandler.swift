@@ -202,6 +202,10 @@ final class RequestHandler {
             return Response(result: .single(.attributes(["valid": .bool(valid)])))
         case .keyAgree(let query, let parameters):
             return Response(result: .single(.data(try store.agree(query, parameters: parameters, scope: scope))))
+        case .keyEncrypt(let query, let parameters):
+            return Response(result: .single(.data(SecretBytes(try store.encrypt(query, parameters: parameters, scope: scope)))))
+        case .keyDecrypt(let query, let parameters):
+            return Response(result: .single(.data(try store.decrypt(query, parameters: parameters, scope: scope))))
         case .status:
             return Response(result: .single(.attributes(status(scope))))
         case .lock:
