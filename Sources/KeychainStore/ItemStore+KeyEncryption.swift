@@ -1,5 +1,6 @@
 import KeychainCrypto
 import KeychainModel
+import KeychainStorage
 
 /// Encryption with keychain keys (docs/keys.md, Encryption; docs/protocol.md, ops 29 and 30).
 extension ItemStore {
@@ -46,19 +47,25 @@ extension ItemStore {
         // Added to the filter rather than the query: a persistent reference may not be joined
         // by attributes in a query, but the row it names must still be this key.
         plan.filter.hashes.append(("kcls", codec.hash(schema.spec("kcls")!, .int(Self.privateKeyClass))))
-        plan.filter.hashes.append(("type", codec.hash(schema.spec("type")!, .int(type.attributeNumber))))
         plan.filter.hashes.append(("klbl", codec.hash(schema.spec("klbl")!, .data(SecretBytes(PrivateKey.applicationLabel(of: publicKey))))))
+        // The type is checked on the match, not filtered on: a key of another type is
+        // errSecParam ("algorithm not supported by the key"), as when the key is opened.
+        let typeHash = codec.hash(schema.spec("type")!, .int(type.attributeNumber))
+        var found: ItemRow?
         if plan.needsOpening {
             let (items, corrupt) = try find(plan, limit: 1, withAttributes: true)
-            guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
-            return
+            guard let item = items.first else { throw Self.nothingFound(corrupt: corrupt) }
+            found = item.row
+        } else {
+            try table.forEach(plan.filter) { row in
+                found = row
+                return false
+            }
         }
-        var visible = false
-        try table.forEach(plan.filter) { _ in
-            visible = true
-            return false
+        guard let row = found else { throw KeychainError(.itemNotFound, "no private key with this public key matches the query") }
+        guard row.hashes["type"] == typeHash else {
+            throw KeychainError(.param, "algorithm not supported by the key: it is not a \(type.rawValue) key")
         }
-        guard visible else { throw KeychainError(.itemNotFound, "no private key with this public key matches the query") }
     }
 }
 

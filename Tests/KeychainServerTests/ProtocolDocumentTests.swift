@@ -53,6 +53,9 @@ struct ProtocolDocumentTests {
         Exchange(request: .keySign(query: ["labl": .string("k")],
                                    parameters: ["algorithm": .string("algid:sign:EdDSA:message-Ed25519"), "data": .data(Array("hi".utf8))]),
                  response: Response(status: -25300, message: "no item matches the query")),
+        Exchange(request: .keyDecrypt(query: ["labl": .string("k")],
+                                      parameters: ["algorithm": .string("algid:encrypt:X25519:SealedBox"), "data": .data(Array("0123".utf8))]),
+                 response: Response(status: -25300, message: "no item matches the query")),
     ]
 
     static let attributeAdd = Request.attributeAdd([
