@@ -32,7 +32,8 @@ Attributes = Dict[str, Any]
 #: Any rather than their union: the query decides which, and callers know it.
 Result = Any
 
-__all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path", "Status", "ACCESSIBLE"]
+__all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path", "Status", "ACCESSIBLE",
+           "Key", "KeyType", "SigningAlgorithm", "AgreementAlgorithm", "EncryptionAlgorithm"]
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = (1 << 20) + (256 << 10)
@@ -231,7 +232,9 @@ class _Reader:
 
 
 _OPS = {"add": 1, "copyMatching": 2, "update": 3, "delete": 4, "status": 5,
-        "lock": 6, "unlock": 7, "setPasscode": 8, "changePasscode": 9, "removePasscode": 10}
+        "lock": 6, "unlock": 7, "setPasscode": 8, "changePasscode": 9, "removePasscode": 10,
+        "keyGenerate": 24, "keyPublic": 25, "keySign": 26, "keyVerify": 27, "keyAgree": 28,
+        "keyEncrypt": 29, "keyDecrypt": 30}
 
 
 class Connection:
@@ -307,6 +310,30 @@ class Connection:
 
     def remove_passcode(self, current: Union[str, bytes]) -> None:
         self._call("removePasscode", _lp(current))
+
+    # key calls (docs/protocol.md, operations 24-30; the Key class wraps them)
+    def key_generate(self, attributes: Attributes) -> Attributes:
+        """Makes a private key inside keychaind; its item's attributes with v_PersistentRef."""
+        return self._call("keyGenerate", _encode_dict(attributes))
+
+    def key_public(self, query: Attributes) -> bytes:
+        return self._call("keyPublic", _encode_dict(query), retry=True)
+
+    def key_sign(self, query: Attributes, parameters: Attributes) -> bytes:
+        return self._call("keySign", _encode_dict(query) + _encode_dict(parameters), retry=True)
+
+    def key_verify(self, query: Attributes, parameters: Attributes) -> bool:
+        answer = self._call("keyVerify", _encode_dict(query) + _encode_dict(parameters), retry=True)
+        return bool(answer["valid"])
+
+    def key_agree(self, query: Attributes, parameters: Attributes) -> bytes:
+        return self._call("keyAgree", _encode_dict(query) + _encode_dict(parameters), retry=True)
+
+    def key_encrypt(self, query: Attributes, parameters: Attributes) -> bytes:
+        return self._call("keyEncrypt", _encode_dict(query) + _encode_dict(parameters), retry=True)
+
+    def key_decrypt(self, query: Attributes, parameters: Attributes) -> bytes:
+        return self._call("keyDecrypt", _encode_dict(query) + _encode_dict(parameters), retry=True)
 
     # transport
     def _connect(self):
@@ -493,3 +520,7 @@ class Connection:
 def _lp(b):
     b = b.encode("utf-8") if isinstance(b, str) else bytes(b)
     return struct.pack("<I", len(b)) + b
+
+
+# The key API; imported last because it builds on Connection.
+from .keys import AgreementAlgorithm, EncryptionAlgorithm, Key, KeyType, SigningAlgorithm  # noqa: E402
