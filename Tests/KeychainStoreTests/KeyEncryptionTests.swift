@@ -36,7 +36,7 @@ struct KeyEncryptionStoreTests {
         #expect(Array(try Self.decrypt(t, attrs, ciphertext, algorithm)) == Self.message)
     }
 
-    @Test func theCiphertextOpensWithTheStoredKeyAsAppleWould() throws {
+    @Test func theCiphertextOpensWithTheStoredKeyBytes() throws {
         let t = try TemporaryStore()
         let attrs = try KeyTests.generate(t, .p256)
         let ciphertext = try Self.encrypt(t, attrs, .eciesEncryptionCofactorVariableIVX963SHA256AESGCM)
