@@ -24,6 +24,8 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
     /// cancelled); the daemon may or may not have carried out a write. Last, so that adding it
     /// moved no other case: a module built against the older list still agrees with this one.
     case userCanceled = -128
+    /// errSecUnknownFormat: a certificate's bytes are not one DER X.509 certificate.
+    case unknownFormat = -25257
 
     /// Apple's constant name, for messages and for people searching the code they see.
     public var name: String {
@@ -46,6 +48,7 @@ public enum KeychainStatus: Int32, Sendable, CaseIterable, CustomStringConvertib
         case .missingEntitlement: "errSecMissingEntitlement"
         case .serviceNotAvailable: "errSecServiceNotAvailable"
         case .userCanceled: "errSecUserCanceled"
+        case .unknownFormat: "errSecUnknownFormat"
         }
     }
 

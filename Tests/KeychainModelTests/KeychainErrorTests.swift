@@ -42,7 +42,7 @@ import KeychainModel
             .notAvailable: -25291, .readOnly: -25292, .authFailed: -25293, .duplicateItem: -25299,
             .itemNotFound: -25300, .noSuchAttribute: -25303, .noSuchClass: -25306,
             .interactionNotAllowed: -25308, .decode: -26275, .internal: -26276,
-            .missingEntitlement: -34018,
+            .missingEntitlement: -34018, .unknownFormat: -25257,
         ]
         for (status, value) in expected {
             #expect(status.rawValue == value, "\(status.name)")

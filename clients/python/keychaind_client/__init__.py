@@ -63,6 +63,7 @@ class Status:
     INTERNAL = -26276
     MISSING_ENTITLEMENT = -34018
     SERVICE_NOT_AVAILABLE = -67585
+    UNKNOWN_FORMAT = -25257  # a certificate that is not one DER X.509 certificate
 
 
 #: kSecAttrAccessible by the names the keychain CLI uses, with the pdmn code each stands for.
