@@ -25,6 +25,9 @@ let package = Package(
         // P-256 keys (issue 17) and X.509 certificates, requests and their DER.
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        // Already resolved through swift-certificates; named because KeychainCertificates
+        // reads the raw DER fields Apple stores (names, serial, public key bits) itself.
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: [
         .systemLibrary(
@@ -59,9 +62,20 @@ let package = Package(
             ]
         ),
         .target(name: "KeychainStorage", dependencies: ["CSQLite", "KeychainModel"]),
+        // X.509 certificates: the attributes the store derives on add. No libsodium, no
+        // SQLite, so a client-side target may link it too.
+        .target(
+            name: "KeychainCertificates",
+            dependencies: [
+                "KeychainModel",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
         .target(
             name: "KeychainStore",
-            dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage"]
+            dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage", "KeychainCertificates"]
         ),
         // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl): used by the daemon only.
         .target(name: "CSystemShim"),
@@ -123,5 +137,6 @@ let package = Package(
             name: "KeychainStoreTests",
             dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto"]
         ),
+        .testTarget(name: "KeychainCertificatesTests", dependencies: ["KeychainCertificates", "KeychainModel"]),
     ]
 )
