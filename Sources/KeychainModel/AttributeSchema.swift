@@ -123,6 +123,10 @@ public final class ClassSchema: Sendable {
         .init("subj", .data, column: true),
         .init("skid", .data, column: true),
         .init("pkhh", .data, column: true),
+        // keychaind's own: SHA-256 of the SubjectPublicKeyInfo, derived on add. No lookup
+        // column (that would change the items table); certificates are Always-class items,
+        // so a query by spkh opens them and compares.
+        .init("spkh", .data),
     ])
 
     public static let key = ClassSchema(.key, [

@@ -14,7 +14,7 @@ extension ItemStore {
     /// Attributes an identity query matches against the certificate; all others (agrp, pdmn,
     /// sync and key attributes) match against the key, as in securityd.
     static let identityCertificateAttributes: Set<String> = [
-        "labl", "issr", "slnr", "skid", "subj", "ctyp", "cenc", "pkhh", "alis",
+        "labl", "issr", "slnr", "skid", "subj", "ctyp", "cenc", "pkhh", "alis", "spkh",
     ]
 
     private func split(_ attributes: AttributeDictionary) -> (cert: AttributeDictionary, key: AttributeDictionary) {

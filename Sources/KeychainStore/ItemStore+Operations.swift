@@ -30,6 +30,7 @@ extension ItemStore {
         guard let agrp else { throw KeychainError(.missingEntitlement, "the caller has no access groups") }
         let pdmn = query.protection ?? cls.defaultProtection
         let key = try classKey(pdmn)
+        if cls == .certificate { try Self.deriveCertificateAttributes(&attributes, data: query.data) }
         let schema = ClassSchema.of(cls)!
         for spec in schema.primaryKey where attributes[spec.code] == nil {
             attributes[spec.code] = spec.defaultValue
@@ -158,7 +159,11 @@ extension ItemStore {
         for item in items {
             try Self.checkKeyChange(item, changes)
             var attributes = item.attributes
-            attributes.merge(changes.attributes) { _, new in new }
+            if item.itemClass == .certificate {
+                attributes = try Self.updatedCertificate(attributes, changes: changes, currentData: item.data)
+            } else {
+                attributes.merge(changes.attributes) { _, new in new }
+            }
             try ItemQuery.checkSynchronizable(attributes)
             // mdat strictly increases, even if the clock did not move.
             var mdat = stamp

@@ -12,12 +12,12 @@ struct PersistenceTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([1])]))
         try t.add(["class": .string("inet"), "srvr": .string("h"), "v_Data": .data([2])])
-        try t.add(["class": .string("cert"), "v_Data": .data([3])])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
         try t.add(["class": .string("keys"), "v_Data": .data([4])])
         try t.reopen()
         #expect(try t.secret(genp("s", "a")) == [1])
         #expect(try t.secret(["class": .string("inet"), "srvr": .string("h")]) == [2])
-        #expect(try t.secret(["class": .string("cert")]) == [3])
+        #expect(try t.secret(["class": .string("cert")]) == TestCertificate.p256DER)
         #expect(try t.secret(["class": .string("keys")]) == [4])
     }
 

@@ -119,7 +119,7 @@ struct QueryTests {
     @Test func refForPasswordsIsNullAndForCertificatesUnimplemented() throws {
         let t = try threeItems()
         #expect(try t.copy(genp("s", "a", ["r_Ref": .bool(true)])) == .none)
-        try t.add(["class": .string("cert"), "v_Data": .data([1])])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
         expectStatus(.unimplemented) { _ = try t.copy(["class": .string("cert"), "r_Ref": .bool(true)]) }
     }
 
@@ -176,7 +176,7 @@ struct QueryTests {
         try t.add(genp("s", "a"))
         try t.add(["class": .string("inet"), "srvr": .string("h")])
         try t.add(["class": .string("keys"), "atag": .string("k")])
-        try t.add(["class": .string("cert"), "slnr": .data([1])])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
         for cls in ["genp", "inet", "keys"] {
             #expect(try t.attributes(["class": .string(cls)])?["pdmn"] == .string("ak"))
         }

@@ -38,14 +38,13 @@ struct RoundTripTests {
 
     @Test func certificateDefaultsToAlwaysAndRoundTrips() throws {
         let t = try TemporaryStore()
-        let der: [UInt8] = [0x30, 0x82, 0x01, 0x0a] + Array(repeating: 7, count: 64)
-        try t.add(["class": .string("cert"), "v_Data": .data(der), "issr": .data([1, 2]), "slnr": .data([9]),
-                   "ctyp": .int(3), "subj": .data([5, 5]), "pkhh": .data(Array(repeating: 0xAB, count: 20))])
-        let query: AttributeDictionary = ["class": .string("cert"), "slnr": .data([9])]
+        let der = TestCertificate.ed25519DER
+        try t.add(["class": .string("cert"), "v_Data": .data(der)])
+        let query: AttributeDictionary = ["class": .string("cert"), "slnr": .data([0x0b])]
         #expect(try t.secret(query) == der)
         let attrs = try #require(try t.attributes(query))
         #expect(attrs["pdmn"] == .string("dk"))
-        #expect(attrs["subj"] == .data([5, 5]))
+        #expect(attrs["pkhh"] == .data(TestCertificate.ed25519KeyID))
     }
 
     @Test func keyRoundTripsWithItsPrimaryKeyDefaults() throws {
@@ -98,9 +97,8 @@ struct RoundTripTests {
 
     @Test func identityIsCertificateJoinedWithItsPrivateKey() throws {
         let t = try TemporaryStore()
-        let keyID = [UInt8](repeating: 0x42, count: 20)
-        try t.add(["class": .string("cert"), "v_Data": .data(bytes("CERT-DER")), "pkhh": .data(keyID),
-                   "slnr": .data([1]), "labl": .string("my identity")])
+        let keyID = TestCertificate.p256KeyID
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER), "labl": .string("my identity")])
         try t.add(["class": .string("keys"), "v_Data": .data(bytes("PRIVATE")), "klbl": .data(keyID), "kcls": .int(1), "priv": .int(1)])
         try t.add(["class": .string("keys"), "v_Data": .data(bytes("PUBLIC")), "klbl": .data(keyID), "kcls": .int(0)])
         let result = try t.copy(["class": .string("idnt"), "labl": .string("my identity"),
@@ -110,7 +108,7 @@ struct RoundTripTests {
             return
         }
         #expect(attrs["v_Data"] == .data(bytes("PRIVATE")))
-        #expect(attrs["certdata"] == .data(bytes("CERT-DER")))
+        #expect(attrs["certdata"] == .data(TestCertificate.p256DER))
         #expect(attrs["labl"] == .string("my identity"))
         #expect(attrs["kcls"] == .int(1))
         #expect(try t.count(["class": .string("idnt")]) == 1)
@@ -118,23 +116,23 @@ struct RoundTripTests {
 
     @Test func certificateWithoutMatchingPrivateKeyIsNoIdentity() throws {
         let t = try TemporaryStore()
-        try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([1, 2, 3])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([9, 9, 9]), "kcls": .int(1), "priv": .int(1)])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data(TestCertificate.ed25519KeyID), "kcls": .int(1), "priv": .int(1)])
         expectStatus(.itemNotFound) { _ = try t.copy(["class": .string("idnt")]) }
     }
 
     @Test func deletingAnIdentityDeletesCertificateAndKey() throws {
         let t = try TemporaryStore()
-        try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([7])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1), "priv": .int(1)])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data(TestCertificate.p256KeyID), "kcls": .int(1), "priv": .int(1)])
         try t.store.delete(["class": .string("idnt")], scope: TemporaryStore.app)
         #expect(try t.store.itemCount() == 0)
     }
 
     @Test func identityPersistentRefFindsTheSameIdentity() throws {
         let t = try TemporaryStore()
-        try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([7])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1), "priv": .int(1)])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data(TestCertificate.p256KeyID), "kcls": .int(1), "priv": .int(1)])
         guard case .single(.persistentRef(let ref)) = try t.copy(["class": .string("idnt"), "r_PersistentRef": .bool(true)]) else {
             Issue.record("no persistent ref")
             return
@@ -145,8 +143,8 @@ struct RoundTripTests {
 
     @Test func updatingAnIdentityChangesCertificateAndKey() throws {
         let t = try TemporaryStore()
-        try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([7])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1), "priv": .int(1)])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data(TestCertificate.p256KeyID), "kcls": .int(1), "priv": .int(1)])
         try t.store.update(["class": .string("idnt")], changes: ["labl": .string("renamed"), "pdmn": .string("ck")],
                            scope: TemporaryStore.app)
         let cert = try #require(try t.attributes(["class": .string("cert")]))

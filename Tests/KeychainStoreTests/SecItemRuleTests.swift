@@ -95,23 +95,23 @@ import Testing
 
     @Test func aCertificateWithAKeyMarkedPrivateOfAnyKeyClassIsAnIdentity() throws {
         let t = try TemporaryStore()
-        try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([7])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(2), "priv": .int(1)])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data(TestCertificate.p256KeyID), "kcls": .int(2), "priv": .int(1)])
         #expect(try t.secret(["class": .string("idnt")]) == bytes("K"))
     }
 
     @Test func aPrivateClassKeyNotMarkedPrivateFormsNoIdentity() throws {
         let t = try TemporaryStore()
-        try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([7])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "kcls": .int(1)])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K0")), "klbl": .data([7]), "kcls": .int(0), "priv": .int(0)])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data(TestCertificate.p256KeyID), "kcls": .int(1)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K0")), "klbl": .data(TestCertificate.p256KeyID), "kcls": .int(0), "priv": .int(0)])
         expectStatus(.itemNotFound) { _ = try t.copy(["class": .string("idnt")]) }
     }
 
     @Test func privGivenAsABooleanJoinsTheIdentity() throws {
         let t = try TemporaryStore()
-        try t.add(["class": .string("cert"), "v_Data": .data(bytes("C")), "pkhh": .data([7])])
-        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data([7]), "priv": .bool(true)])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
+        try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data(TestCertificate.p256KeyID), "priv": .bool(true)])
         #expect(try t.count(["class": .string("idnt")]) == 1)
     }
 

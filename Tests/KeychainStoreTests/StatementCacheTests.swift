@@ -132,14 +132,13 @@ struct StatementCacheTests {
     /// lookup (any app's) find nothing until the daemon restarted.
     @Test func anIdentityQueryNamingTheKeyLabelDoesNotBreakOtherIdentityLookups() throws {
         let t = try TemporaryStore()
-        let keyID = [UInt8](repeating: 0x42, count: 20)
-        try t.add(["class": .string("cert"), "v_Data": .data(Array("CERT".utf8)), "pkhh": .data(keyID),
-                   "slnr": .data([1]), "labl": .string("mine")])
+        let keyID = TestCertificate.p256KeyID
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER), "labl": .string("mine")])
         try t.add(["class": .string("keys"), "v_Data": .data(Array("KEY".utf8)), "klbl": .data(keyID), "kcls": .int(1), "priv": .int(1)])
         let other = AccessScope(groups: ["com.example.other", "com.example.other-shared"])  // as many groups as the app: the same shape
         // The other app's own certificate makes its query reach the key lookup.
-        try t.add(["class": .string("cert"), "v_Data": .data(Array("C2".utf8)), "pkhh": .data([9, 9]), "slnr": .data([2])], scope: other)
-        _ = try? t.store.copyMatching(["class": .string("idnt"), "klbl": .data([9, 9])], scope: other)
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.ed25519DER)], scope: other)
+        _ = try? t.store.copyMatching(["class": .string("idnt"), "klbl": .data(TestCertificate.ed25519KeyID)], scope: other)
         let result = try t.copy(["class": .string("idnt"), "labl": .string("mine"), "r_Data": .bool(true)])
         #expect(result == .single(.data(Array("KEY".utf8))))
         try t.store.update(["class": .string("idnt"), "labl": .string("mine")], changes: ["v_Data": .data(Array("NEW".utf8))],

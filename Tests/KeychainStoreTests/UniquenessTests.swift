@@ -61,12 +61,15 @@ struct UniquenessTests {
         expectStatus(.duplicateItem) { try t.add(base.merging(["labl": .string("other label")]) { $1 }) }
     }
 
+    /// The key is type, issuer and serial number, all derived from the DER: the same
+    /// certificate twice is a duplicate whatever label it is given; another one is not.
     @Test func certificateKeyIsTypeIssuerAndSerial() throws {
         let t = try TemporaryStore()
-        let base: AttributeDictionary = ["class": .string("cert"), "issr": .data([1]), "ctyp": .int(3)]
-        try t.add(base.merging(["slnr": .data([1]), "v_Data": .data([1])]) { $1 })
-        try t.add(base.merging(["slnr": .data([2]), "v_Data": .data([2])]) { $1 })
-        expectStatus(.duplicateItem) { try t.add(base.merging(["slnr": .data([1]), "subj": .data([3])]) { $1 }) }
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
+        try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.ed25519DER)])
+        expectStatus(.duplicateItem) {
+            try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER), "labl": .string("again")])
+        }
     }
 
     @Test func keyPrimaryKeyIncludesTypeSizeAndTag() throws {
