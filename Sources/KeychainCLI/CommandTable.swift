@@ -136,7 +136,7 @@ let commands: [Command] = [
         try c.connection().removePasscode(current: current)
         c.printStatusJSON()
     },
-] + KeyCommands.commands + KeyEncryptionCommands.commands
+] + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands
 
 extension String {
     var trimmingQuotes: String {
