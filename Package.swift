@@ -91,7 +91,9 @@ let package = Package(
             ]
         ),
         .target(name: "KeychainClient", dependencies: ["KeychainProtocol", "KeychainModel"]),
-        .target(name: "KeychainCLI", dependencies: ["KeychainClient"]),
+        // KeychainCertificates for `keychain csr` only: it builds the PKCS#10 request (with
+        // swift-certificates) around a signature keychaind makes; nothing else in the CLI uses it.
+        .target(name: "KeychainCLI", dependencies: ["KeychainClient", "KeychainCertificates"]),
         .executableTarget(
             name: "Keychaind",
             dependencies: ["KeychainServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]
@@ -100,7 +102,9 @@ let package = Package(
         // so a whole `keychain get` costs about what `keyctl pipe` does (docs/performance.md).
         .executableTarget(
             name: "keychain", dependencies: ["KeychainCLI"],
-            linkerSettings: [.unsafeFlags(["-static-executable"])]
+            // _FoundationCollections and _FoundationCShims: swift-certificates (for `keychain csr`) brings in
+            // FoundationEssentials, whose static archive needs these two and does not name them.
+            linkerSettings: [.unsafeFlags(["-static-executable"]), .linkedLibrary("_FoundationCollections"), .linkedLibrary("_FoundationCShims")]
         ),
         // The same CLI linked dynamically, so that tests can load a free() hook into it.
         .executableTarget(name: "keychain-dynamic", dependencies: ["KeychainCLI"]),
@@ -137,6 +141,11 @@ let package = Package(
             name: "KeychainStoreTests",
             dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto"]
         ),
-        .testTarget(name: "KeychainCertificatesTests", dependencies: ["KeychainCertificates", "KeychainModel"]),
+        .testTarget(name: "KeychainCertificatesTests", dependencies: [
+            "KeychainCertificates", "KeychainModel",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "X509", package: "swift-certificates"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+        ]),
     ]
 )

@@ -1,8 +1,10 @@
+import KeychainCertificates
 import KeychainClient
 import KeychainModel
 
 /// `keychain cert add|list|get|delete`: certificate items, named by label. keychaind parses
-/// the DER and derives the rest (docs/keys.md, "Certificates and identities").
+/// the DER and derives the rest (docs/keys.md, "Certificates and identities"). `keychain csr`:
+/// a certificate signing request for a keychain key, signed inside keychaind.
 enum CertificateCommands {
     private static let globalOptions: [(name: String, help: String)] = [
         ("socket", "keychaind's socket (default: $KEYCHAIN_SOCKET, else the per-user default)."),
@@ -57,6 +59,21 @@ enum CertificateCommands {
             guard c.arguments["label"] != nil else { throw UsageError(message: "--label is required") }
             try c.connection().delete(query(c))
             c.printStatusJSON()
+        },
+        Command(spec: CommandSpec(name: "csr", summary: "Write a PKCS#10 certificate signing request (PEM) for a key; it is signed inside keychaind.",
+                                  options: globalOptions + [("key", "The label of the Ed25519 or P-256 key."),
+                                                            ("subject", "The subject, RFC 4514 order: \"CN=api.example.com,O=Example\".")],
+                                  flags: [])) { c in
+            guard let label = c.arguments["key"] else { throw UsageError(message: "--key is required") }
+            guard let subject = c.arguments["subject"] else { throw UsageError(message: "--subject is required, e.g. --subject \"CN=api.example.com\"") }
+            let keys = try KeychainKey.find(label: label, connection: c.connection())
+            guard let key = keys.first else { throw KeychainError(.itemNotFound, "no key is labelled \"\(label)\"") }
+            guard keys.count == 1 else { throw KeychainError(.param, "\(keys.count) keys are labelled \"\(label)\"; give them distinct labels") }
+            let algorithm: KeySigningAlgorithm = key.type == .p256 ? .ecdsaMessageX962SHA256 : .ed25519
+            let der = try CertificateRequest.make(subject: subject, keyType: key.type, publicKey: key.publicKey) { bytes in
+                try key.sign(bytes, algorithm: algorithm)
+            }
+            Output.text(CertificateRequest.pem(der))
         },
     ]
 

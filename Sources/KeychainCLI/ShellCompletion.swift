@@ -49,6 +49,7 @@ enum ShellCompletion {
         switch word {
         case "passcode": "Manage the passcode (admin)."
         case "key": "Make and use keys that stay inside keychaind."
+        case "cert": "Add, list, get and delete certificates."
         default: "\(word) commands."
         }
     }
