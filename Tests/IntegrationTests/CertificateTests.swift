@@ -62,14 +62,14 @@ struct CertificateTests {
         #expect(try d.cli(["cert", "get", "--label", "web"]).status == Exit.notFound)
     }
 
-    /// A P-256 private key (Apple's 97-byte form, klbl = SHA-1 of its public point) and its
-    /// certificate added with no pkhh: the daemon derives it, so the identity is found.
-    @Test func aKeyAndItsCertificateFormAnIdentity() throws {
+    /// A P-256 private key imported (Apple's 97-byte form) and its certificate added, neither
+    /// with an attribute beyond its label: the daemon derives klbl and pkhh, so the identity
+    /// is found.
+    @Test func anImportedKeyAndItsCertificateFormAnIdentity() throws {
         let d = try RunningDaemon()
         let connection = KeychainConnection(socketPath: d.socketPath)
-        try connection.add(["class": .string("keys"), "v_Data": .data(try expected("p256.private")),
-                            "klbl": .data(try expected("p256.pkhh")), "kcls": .int(1), "priv": .int(1),
-                            "type": .int(73), "bsiz": .int(256), "labl": .string("tls key")])
+        _ = try KeychainKey.importPrivateKey(SecretBytes(try expected("p256.private")), type: .p256, label: "tls key",
+                                             connection: connection)
         #expect(try d.cli(["cert", "add", pemPath]).status == Exit.success)
         let found = try connection.copyMatching(["class": .string("idnt"), "r_Attributes": .bool(true)])
         guard case .single(.attributes(let identity)) = found else {
