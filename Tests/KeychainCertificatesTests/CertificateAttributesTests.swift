@@ -83,6 +83,27 @@ import Testing
         #expect(error?.status == .unknownFormat)
     }
 
+    /// Random damage (bytes changed, inserted, removed; cut short) to each certificate,
+    /// from a fixed seed: an error or a parse, never a crash.
+    @Test(arguments: all)
+    func randomlyDamagedCertificatesAreHandled(_ cert: TestCertificate) throws {
+        var rng = SplitMix64(seed: 17)
+        let der = try cert.der
+        for _ in 0..<3000 {
+            var bad = der
+            for _ in 0...Int.random(in: 0..<4, using: &rng) {
+                let i = Int.random(in: 0..<bad.count, using: &rng)
+                switch Int.random(in: 0..<4, using: &rng) {
+                case 0: bad[i] = UInt8.random(in: 0...255, using: &rng)
+                case 1: bad.insert(UInt8.random(in: 0...255, using: &rng), at: i)
+                case 2: bad.remove(at: i)
+                default: bad = Array(bad[..<max(i, 1)])
+                }
+            }
+            _ = try? CertificateAttributes(der: bad)
+        }
+    }
+
     /// Every byte of a certificate flipped in turn: an error or a parse, never a crash.
     @Test func everySingleByteCorruptionIsHandled() throws {
         let der = try TestCertificate.ed25519.der
@@ -91,5 +112,18 @@ import Testing
             bad[i] ^= 0xff
             _ = try? CertificateAttributes(der: bad)
         }
+    }
+}
+
+/// A small seeded generator, so that a failing damage test fails the same way again.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
