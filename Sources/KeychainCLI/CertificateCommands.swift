@@ -6,11 +6,7 @@ import KeychainModel
 /// the DER and derives the rest (docs/keys.md, "Certificates and identities"). `keychain csr`:
 /// a certificate signing request for a keychain key, signed inside keychaind.
 enum CertificateCommands {
-    private static let globalOptions: [(name: String, help: String)] = [
-        ("socket", "keychaind's socket (default: $KEYCHAIN_SOCKET, else the per-user default)."),
-        ("trust-uid", "Also talk to a keychaind running as this uid or user (default: $KEYCHAIN_TRUST_UID); root's and your own are always trusted."),
-    ]
-    private static let json: [(name: String, help: String)] = [("json", "Machine-readable JSON output.")]
+    private static let json = jsonFlag
     private static let group: [(name: String, help: String)] = [("access-group", "Access group (default: the caller's first group).")]
     private static let label: [(name: String, help: String)] = [("label", "The certificate's label.")]
 

@@ -7,7 +7,7 @@ import KeychainModel
 /// `keychain key encrypt|decrypt`: encryption with keys that stay inside keychaind
 /// (docs/keys.md, Encryption). Data on standard input, result on standard output.
 enum KeyEncryptionCommands {
-    static let options: [(name: String, help: String)] = KeyCommands.globalOptions + KeyCommands.labelOption + [
+    static let options: [(name: String, help: String)] = globalOptions + KeyCommands.labelOption + [
         ("algorithm", "p256: ecies (default; Apple's ECIES, cofactor, variable IV) or ecies-zero-iv (Apple's legacy form); x25519: sealed-box (default)."),
     ]
 
