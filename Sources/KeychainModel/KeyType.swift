@@ -68,8 +68,8 @@ public enum KeySigningAlgorithm: String, Sendable, CaseIterable, Hashable {
 public enum KeyAgreementAlgorithm: String, Sendable, CaseIterable, Hashable {
     /// kSecKeyAlgorithmECDHKeyExchangeStandard: the raw shared secret (P-256's x coordinate,
     /// X25519's output).
-    case standard = "algid:keyexchange:ECDH:standard"
+    case standard = "algid:keyexchange:ECDH"
     /// kSecKeyAlgorithmECDHKeyExchangeStandardX963SHA256: the shared secret through the ANSI
     /// X9.63 KDF with SHA-256, `requestedSize` bytes, with optional `sharedInfo`.
-    case standardX963SHA256 = "algid:keyexchange:ECDH:standard-X963SHA256"
+    case standardX963SHA256 = "algid:keyexchange:ECDH:KDFX963:SHA256"
 }

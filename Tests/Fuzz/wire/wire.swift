@@ -86,7 +86,7 @@ public func fuzzInitialize(_ argc: UnsafeMutableRawPointer?, _ argv: UnsafeMutab
             ("key-sign", .keySign(query: ["labl": .string("k")],
                                   parameters: ["algorithm": .string("algid:sign:EdDSA:message-Ed25519"), "data": .data([1, 2, 3])])),
             ("key-agree", .keyAgree(query: ["v_PersistentRef": .data(Array("keys".utf8) + [UInt8](repeating: 9, count: 16))],
-                                    parameters: ["algorithm": .string("algid:keyexchange:ECDH:standard-X963SHA256"),
+                                    parameters: ["algorithm": .string("algid:keyexchange:ECDH:KDFX963:SHA256"),
                                                  "peer": .data([UInt8](repeating: 9, count: 32)), "requestedSize": .int(32)])),
         ]
         let responses: [(String, Response)] = [

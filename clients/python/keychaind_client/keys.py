@@ -52,8 +52,8 @@ class SigningAlgorithm:
 
 class AgreementAlgorithm:
     """Key agreement: the raw shared secret, or through the X9.63 KDF with SHA-256."""
-    STANDARD = "algid:keyexchange:ECDH:standard"
-    STANDARD_X963_SHA256 = "algid:keyexchange:ECDH:standard-X963SHA256"
+    STANDARD = "algid:keyexchange:ECDH"
+    STANDARD_X963_SHA256 = "algid:keyexchange:ECDH:KDFX963:SHA256"
 
 
 class EncryptionAlgorithm:
