@@ -224,6 +224,12 @@ public final class KeychainConnection: Sendable {
     /// Internal: the wire enum is the protocol's, not the client's API.
     func call(_ request: Request, interrupt: CallInterrupt? = nil) throws(KeychainError) -> Response {
         let frame = WireCodec.frame(request)
+        // keychaind ends a connection that sends a longer frame: refused here instead, so one
+        // oversized request (a Secret Service client's huge label) costs its caller an error,
+        // not the connection every other call of this process shares.
+        guard frame.count - 4 <= Frame.maxPayloadBytes else {
+            throw KeychainError(.param, "the request is \(frame.count - 4) bytes; keychaind takes at most \(Frame.maxPayloadBytes)")
+        }
         let response = try socket.withLock { (current) throws(KeychainError) -> Response in
             try exchange(frame, current: &current, retryable: Self.isSafeToRepeat(request),
                          watchNs: Self.isAnsweredAtOnce(request) ? UInt64(busyPollMicroseconds) * 1000 : 0,

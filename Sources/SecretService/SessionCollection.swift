@@ -10,7 +10,9 @@ import KeychainModel
 /// by whole set, so searches cost what keychaind's index costs, not a scan.
 struct SessionCollection {
     static let maxItems = 1024
-    static let maxSecretBytes = 16 << 20
+    /// What all items may hold together: secrets, labels, attributes and content types, so
+    /// that no field a client sends can grow the bridge without bound.
+    static let maxBytes = 16 << 20
 
     struct Item {
         let group: String
@@ -20,11 +22,25 @@ struct SessionCollection {
         var secret: SecretBytes
         let created: UInt64
         var modified: UInt64
+
+        /// The bytes it holds, as counted against `maxBytes`.
+        var size: Int { secret.count + label.utf8.count + attributes.encoded.count + contentType.utf8.count }
+
+        /// The limits one item of keychaind has (a secret of 1 MiB, a label of 64 KiB), so that
+        /// an item is no larger here than in the login collection.
+        func checkLimits() throws(KeychainError) {
+            guard secret.count <= KeychainLimits.maxSecretBytes else {
+                throw KeychainError(.param, "the secret is \(secret.count) bytes; the limit is \(KeychainLimits.maxSecretBytes)")
+            }
+            guard label.utf8.count <= KeychainLimits.maxAttributeBytes else {
+                throw KeychainError(.param, "the label is \(label.utf8.count) bytes; the limit is \(KeychainLimits.maxAttributeBytes)")
+            }
+        }
     }
 
     private(set) var items: [String: Item] = [:]
     private var byPair: [String: Set<String>] = [:]
-    private var secretBytes = 0
+    private var heldBytes = 0
 
     var isEmpty: Bool { items.isEmpty }
 
@@ -63,20 +79,24 @@ struct SessionCollection {
         }
         let now = UInt64(Date().timeIntervalSince1970)
         if replace, let id = search(attributes, exact: true, groups: groups).first, var item = items[id] {
-            try reserve(secret.count - item.secret.count, items: 0)
+            let before = item.size
             item.label = label
             item.contentType = contentType
             item.secret = secret
             item.modified = now
+            try item.checkLimits()
+            try reserve(item.size - before, items: 0)
             items[id] = item
             return (id, true)
         }
-        try reserve(secret.count, items: 1)
+        let item = Item(group: group, label: label, attributes: attributes, contentType: contentType, secret: secret,
+                        created: now, modified: now)
+        try item.checkLimits()
+        try reserve(item.size, items: 1)
         var random = [UInt8](repeating: 0, count: 16)
         arc4random_buf(&random, random.count)
         let id = "s" + random.map { String(format: "%02x", $0) }.joined()
-        items[id] = Item(group: group, label: label, attributes: attributes, contentType: contentType, secret: secret,
-                         created: now, modified: now)
+        items[id] = item
         index(id, attributes)
         return (id, false)
     }
@@ -85,7 +105,8 @@ struct SessionCollection {
         var item = try item(id, groups: groups)
         let before = item
         change(&item)
-        try reserve(item.secret.count - before.secret.count, items: 0)
+        try item.checkLimits()
+        try reserve(item.size - before.size, items: 0)
         item.modified = UInt64(Date().timeIntervalSince1970)
         unindex(id, before.attributes)
         items[id] = item
@@ -95,7 +116,7 @@ struct SessionCollection {
     mutating func delete(_ id: String, groups: [String]) throws(KeychainError) {
         let item = try item(id, groups: groups)
         unindex(id, item.attributes)
-        secretBytes -= item.secret.count
+        heldBytes -= item.size
         items[id] = nil
     }
 
@@ -103,10 +124,10 @@ struct SessionCollection {
         guard items.count + count <= Self.maxItems else {
             throw KeychainError(.allocate, "the session collection holds \(Self.maxItems) items already")
         }
-        guard secretBytes + bytes <= Self.maxSecretBytes else {
-            throw KeychainError(.allocate, "the session collection's secrets would pass \(Self.maxSecretBytes >> 20) MiB")
+        guard heldBytes + bytes <= Self.maxBytes else {
+            throw KeychainError(.allocate, "the session collection's items would pass \(Self.maxBytes >> 20) MiB")
         }
-        secretBytes += bytes
+        heldBytes += bytes
     }
 
     private mutating func index(_ id: String, _ attributes: SecretServiceAttributes) {
