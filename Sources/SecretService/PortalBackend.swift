@@ -70,14 +70,52 @@ extension SecretServiceBridge {
         }
         // Unsandboxed apps come with "": they use the Secret Service itself.
         guard SecretServiceNames.isValidAppID(appID) else { return [.uint32(2), .variantDictionary([:])] }
-        let secret = try delegated(sender).portalSecret(appID: appID)
-        let written = secret.withUnsafeBytes { buffer in
-            Result { () throws(SystemCallError) in try SystemCall.writeAll(fd, buffer) }
+        // The descriptor is the sandboxed app's choice, passed on by the portal: only a pipe or
+        // a socket (what libsecret sends), so that the secret lands in no file.
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFIFO || (info.st_mode & S_IFMT) == S_IFSOCK else {
+            BridgeLog.error("the portal's descriptor for \(appID) is not a pipe or a socket")
+            return [.uint32(2), .variantDictionary([:])]
         }
-        if case .failure(let error) = written {
-            BridgeLog.error("cannot write the portal secret for \(appID): \(error.reason)")
+        let secret = try delegated(sender).portalSecret(appID: appID)
+        if let failure = secret.withUnsafeBytes({ Self.writeWithin(Self.portalWriteMilliseconds, fd, $0) }) {
+            BridgeLog.error("cannot write the portal secret for \(appID): \(failure)")
             return [.uint32(2), .variantDictionary([:])]
         }
         return [.uint32(0), .variantDictionary([:])]
+    }
+
+    /// How long RetrieveSecret may wait for the app's descriptor to take the secret: a fresh
+    /// pipe takes 64 bytes at once, and the bus waits meanwhile.
+    static let portalWriteMilliseconds: Int32 = 250
+
+    /// Writes all of `bytes` without blocking for more than `milliseconds` in all: an app that
+    /// passes a full pipe and keeps its reader must not stop the bridge. The descriptor is made
+    /// non-blocking (its file description is shared with the app, which only reads the other
+    /// end). Nil on success, else why not.
+    static func writeWithin(_ milliseconds: Int32, _ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> String? {
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else { return "cannot make it non-blocking" }
+        var deadline = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &deadline)
+        let end = Int64(deadline.tv_sec) * 1000 + Int64(deadline.tv_nsec) / 1_000_000 + Int64(milliseconds)
+        var offset = 0
+        while offset < bytes.count {
+            let n = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if n > 0 {
+                offset += n
+                continue
+            }
+            guard n < 0, errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR else {
+                return n == 0 ? "nothing written" : String(cString: strerror(errno))
+            }
+            var now = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            let left = end - (Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000)
+            guard left > 0 else { return "the descriptor took no more within \(milliseconds) ms" }
+            var watch = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&watch, 1, Int32(left))
+        }
+        return nil
     }
 }
