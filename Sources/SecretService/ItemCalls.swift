@@ -22,7 +22,9 @@ extension SecretServiceBridge {
                 guard let id = ItemID(persistentRef: row.persistentRef) else { continue }
                 if row.locked { locked.append(CollectionName.login.itemPath(id.hex)) } else { unlocked.append(CollectionName.login.itemPath(id.hex)) }
             }
-            unlocked += sessionItems.search(pairs, groups: try groups(sender)).map(CollectionName.session.itemPath)
+            if !sessionItems.isEmpty {
+                unlocked += sessionItems.search(pairs, groups: try groups(sender)).map(CollectionName.session.itemPath)
+            }
             return [.objectPaths(unlocked), .objectPaths(locked)]
         case "GetSecrets":
             guard case .array("o", let paths) = try call.readValue() else { throw BusErrorReply.invalidArgs("GetSecrets takes an array of item paths") }

@@ -209,13 +209,12 @@ public final class SecretServiceBridge {
         LoginCollection(keychain: try delegated(sender), protection: protection)
     }
 
-    /// The caller's access groups as keychaind gives them (for the session collection), asked once.
+    /// The caller's access groups as keychaind gives them now (for the session collection).
+    /// Asked at each use, not kept: keychaind judges the program the caller runs at that
+    /// moment, and a process that execs another keeps its connection.
     func groups(_ sender: String) throws -> [String] {
-        if let groups = try caller(sender).groups { return groups }
         let text = try delegated(sender).status()["groups"]?.stringValue ?? ""
-        let groups = text.split(separator: ",").map(String.init)
-        callers[sender]?.groups = groups
-        return groups
+        return text.split(separator: ",").map(String.init)
     }
 
     /// The reply's values, or nil for a member this object does not have.
@@ -274,8 +273,7 @@ public final class SecretServiceBridge {
 
 }
 
-/// What the bridge knows of a connection: who it is, and (once asked) its access groups.
+/// What the bridge knows of a connection: the process that opened it.
 struct KnownCaller {
     let identity: CallerIdentity
-    var groups: [String]?
 }
