@@ -4,6 +4,11 @@ import KeychainClient
 
 /// Service.Lock and Unlock, and the prompts Unlock hands out (design 3.1).
 extension SecretServiceBridge {
+    static let promptsPerConnection = 4
+    static let promptsInAll = 64
+    /// Pinentry processes (and their threads) at once: a person answers one at a time.
+    static let dialogsAtOnce = 4
+
     /// Unlocked: everything asked for, no prompt. Locked: a prompt that will ask for the
     /// passcode with pinentry, or IsLocked when there is no pinentry to ask with.
     func unlock(_ objects: [String], sender: String) throws -> [BusValue] {
@@ -12,8 +17,12 @@ extension SecretServiceBridge {
             throw BusErrorReply(name: BusErrorReply.isLockedName,
                                 "the keychain is locked and no pinentry program is installed: run `keychain unlock`")
         }
-        guard prompts.values.filter({ $0.owner == sender }).count < 4 else {
-            throw BusErrorReply.limitsExceeded("this connection has 4 prompts waiting already")
+        guard prompts.values.filter({ $0.owner == sender }).count < Self.promptsPerConnection else {
+            throw BusErrorReply.limitsExceeded("this connection has \(Self.promptsPerConnection) prompts waiting already")
+        }
+        // Per connection alone would not bound them: a client may open many connections.
+        guard prompts.count < Self.promptsInAll else {
+            throw BusErrorReply.limitsExceeded("\(Self.promptsInAll) unlock prompts are waiting already")
         }
         let path = SecretObjectPath.promptPrefix + "p\(nextPrompt)"
         nextPrompt += 1
@@ -56,6 +65,10 @@ extension SecretServiceBridge {
             guard !prompt.started, let promptKeychain, let program = UnlockDialog.findPinentry(pinentry) else {
                 throw BusErrorReply.noSuchObject(path)
             }
+            guard runningDialogs < Self.dialogsAtOnce else {
+                throw BusErrorReply.limitsExceeded("\(Self.dialogsAtOnce) unlock dialogs are showing already; answer one first")
+            }
+            runningDialogs += 1
             prompt.started = true
             prompts[path] = prompt
             let dialog = UnlockDialog(pinentry: program, keychain: promptKeychain.onBehalf(of: prompt.caller),

@@ -38,6 +38,9 @@ public final class SecretServiceBridge {
     let pinentry: String?
     var prompts: [String: UnlockPrompt] = [:]
     var nextPrompt: UInt64 = 1
+    /// Pinentry dialogs running (each a thread and a process), counted until their thread
+    /// posts its outcome, even when their prompt was dismissed or its owner left meanwhile.
+    var runningDialogs = 0
     let mailbox: PromptMailbox
 
     /// `promptKeychain` nil: no unlock prompts (Unlock of a locked keychain is IsLocked).
@@ -73,7 +76,10 @@ public final class SecretServiceBridge {
         var nextKeepAlive = Date().addingTimeInterval(keepAliveSeconds)
         while true {
             try bus.processPending()
-            for outcome in mailbox.take() { promptCompleted(outcome) }
+            for outcome in mailbox.take() {
+                runningDialogs -= 1
+                promptCompleted(outcome)
+            }
             if lostName {
                 sessions.removeAll()
                 return
