@@ -10,6 +10,7 @@ extension SecretServiceBridge {
     /// What gnome-keyring stores when a client (secret-tool) names no schema.
     static let genericSchema = "org.freedesktop.Secret.Generic"
     static let maxContentTypeBytes = 255
+    static let maxSecretsPerCall = 4096
 
     // MARK: Service
 
@@ -28,6 +29,11 @@ extension SecretServiceBridge {
             return [.objectPaths(unlocked), .objectPaths(locked)]
         case "GetSecrets":
             guard case .array("o", let paths) = try call.readValue() else { throw BusErrorReply.invalidArgs("GetSecrets takes an array of item paths") }
+            // Each path costs a keychaind call while every other client waits: a bus message
+            // could name a million.
+            guard paths.count <= Self.maxSecretsPerCall else {
+                throw BusErrorReply.limitsExceeded("GetSecrets takes at most \(Self.maxSecretsPerCall) items; ask for fewer at a time")
+            }
             let sessionPath = try call.readObjectPath()
             let session = try sessions.session(sessionPath, of: sender)
             var secrets: [BusValue] = []
