@@ -114,11 +114,23 @@ struct SecretServiceAttackTests {
     /// A program that connects, makes a session item, then execs another program that keeps
     /// the connection: the session collection judges the program running now, as keychaind
     /// does for login.
-    @Test func aProgramThatExecsAnotherLosesItsSessionItemsWithIt() throws {
+    @Test(arguments: ["login", "session"])
+    func aProgramThatExecsAnotherLosesTheFirstOnesItemsWithIt(collection: String) throws {
         let (a, b, setup) = try SecretServiceItemTests.twoPythons(config: Self.separated)
-        let outcomes = try Self.attack(setup, ["execfirst", b], interpreter: a)
+        let outcomes = try Self.attack(setup, ["execfirst", collection, b], interpreter: a)
         #expect(outcomes["before"] as? String == "s3cret")
         #expect(outcomes["after"] as? String == Self.noSuchObject, "\(outcomes)")
+    }
+
+    /// The limit docs/security.md names: the bus credits a connection to the process that
+    /// opened it, so another program handed the connection speaks as that process while it
+    /// lives, and for nobody once it has exited.
+    @Test func aConnectionHandedToAnotherProgramSpeaksForItsOpenerOnlyWhileTheOpenerLives() throws {
+        let (a, b, setup) = try SecretServiceItemTests.twoPythons(config: Self.separated)
+        let outcomes = try Self.attack(setup, ["passfirst", "login", b], interpreter: a)
+        #expect(outcomes["before"] as? String == "s3cret")
+        #expect(outcomes["while the opener lives"] as? String == "s3cret", "\(outcomes)")
+        #expect(outcomes["after it exits"] as? String == Self.accessDenied, "\(outcomes)")
     }
 
     // MARK: sessions and prompts of others
@@ -153,6 +165,8 @@ struct SecretServiceAttackTests {
         #expect(outcomes["Prompt x4"] as? [String] == ["ok", "ok", "ok", "ok"])
         #expect(outcomes["Prompt of another connection"] as? String == Self.noSuchObject)
         #expect(outcomes["Dismiss of another connection"] as? String == Self.noSuchObject)
+        #expect(outcomes["Completed to the owner"] as? Bool == true, "\(outcomes)")  // dismissed
+        #expect(outcomes["Completed to another"] as? String == "none")
         #expect(outcomes["fifth dialog at once"] as? String == Self.limitsExceeded, "\(outcomes)")
         #expect(outcomes["Unlock on 16 more connections"] as? [String] == [Self.limitsExceeded], "\(outcomes)")
         #expect(setup.bridge.isRunning)
@@ -173,6 +187,8 @@ struct SecretServiceAttackTests {
             #expect(outcomes[attempt] as? String == Self.invalidArgs, "\(attempt): \(String(describing: outcomes[attempt]))")
         }
         #expect(outcomes["session filled with labels"] as? String == Self.limitsExceeded)
+        #expect(outcomes["GetSecrets 20,000 paths"] as? String == Self.limitsExceeded)
+        #expect((outcomes["GetSecrets seconds"] as? Double ?? 99) < 1)
         #expect(outcomes["SearchItems 127 pairs, 64 KiB"] as? [String] == [])
         #expect((outcomes["SearchItems seconds"] as? Double ?? 99) < 2)
         #expect(outcomes["CreateItem nested variants"] != nil)

@@ -10,9 +10,12 @@
 #   hijack PATH SESSION             -> another connection using SESSION (the victim's)
 #   oversized                       -> huge secrets, labels, attribute sets, nesting
 #   sessions                        -> 17 sessions on one connection, then one on another
-#   execfirst NEXT                  -> creates a session item, learns it is visible, then
-#                                      execs NEXT (another interpreter) on the same connection,
-#                                      which asks for it: {"before": ..., "after": ...}
+#   execfirst COLLECTION NEXT       -> creates an item, reads it, then execs NEXT (another
+#                                      interpreter) on the same connection, which asks for it:
+#                                      {"before": ..., "after": ...}
+#   passfirst COLLECTION NEXT       -> the same, but a child runs NEXT with the connection while
+#                                      this process lives, then this process exits:
+#                                      {"before", "while the opener lives", "after it exits"}
 #   prompts                         -> unlock prompts past the limits, and of another connection
 #   portal KIND                     -> RetrieveSecret with a descriptor of KIND (fullpipe,
 #                                      noreader, readend, file): {"response", "seconds", "after"}
@@ -23,8 +26,8 @@ import sys
 import tempfile
 import time
 
-from jeepney import DBusAddress, new_method_call
-from jeepney.io.blocking import DBusConnection, DBusConnectionBase, _Future, open_dbus_connection
+from jeepney import DBusAddress, MatchRule, message_bus, new_method_call
+from jeepney.io.blocking import DBusConnection, DBusConnectionBase, Proxy, _Future, open_dbus_connection
 from jeepney.io.common import MessageFilters
 from jeepney.routing import Router
 from jeepney.wrappers import DBusErrorResponse, unwrap_msg
@@ -111,16 +114,29 @@ def rss(pid):
 
 
 command = sys.argv[1]
-if command == "execsecond":
+if command in ("execsecond", "passsecond"):
     # The connection the first program opened, inherited through exec: already past Hello,
     # which jeepney's constructor would send again.
     conn = DBusConnection.__new__(DBusConnection)
     DBusConnectionBase.__init__(conn, socket.socket(fileno=int(sys.argv[3])))
     conn._router = Router(_Future)
     conn._filters = MessageFilters()
-    print(json.dumps({"before": sys.argv[4], "after": outcome(conn, address(sys.argv[2], "org.freedesktop.Secret.Item"),
-                                                              "GetSecret", "o", (sys.argv[5],),
-                                                              lambda r: r[0][2].decode())}))
+    def get():
+        return outcome(conn, address(sys.argv[2], "org.freedesktop.Secret.Item"), "GetSecret", "o", (sys.argv[5],),
+                       lambda r: r[0][2].decode())
+    if command == "execsecond":
+        print(json.dumps({"before": sys.argv[4], "after": get()}))
+        sys.exit(0)
+    # passsecond: first while the process that opened the connection lives, then after it exits.
+    opener = os.getppid()
+    living = get()
+    os.close(int(sys.argv[6]))
+    for _ in range(500):
+        if os.getppid() != opener:
+            break
+        time.sleep(0.01)
+    time.sleep(0.2)
+    print(json.dumps({"before": sys.argv[4], "while the opener lives": living, "after it exits": get()}))
     sys.exit(0)
 
 conn = open_dbus_connection(bus="SESSION", enable_fds=True)
@@ -188,6 +204,10 @@ elif command == "oversized":
     results["CreateItem nested variants"] = outcome(
         conn, address(COLLECTIONS["login"], "org.freedesktop.Secret.Collection"), "CreateItem", "a{sv}(oayays)b",
         ({LABEL: nested}, (session, b"", b"x", "text/plain"), False), lambda r: "ok")
+    many = [COLLECTIONS["login"] + "/" + os.urandom(16).hex() for _ in range(20000)]
+    started = time.monotonic()
+    results["GetSecrets 20,000 paths"] = outcome(conn, SERVICE, "GetSecrets", "aoo", (many, session), lambda r: len(r[0]))
+    results["GetSecrets seconds"] = time.monotonic() - started
     results["still serving"] = outcome(conn, address(mine, "org.freedesktop.Secret.Item"), "GetSecret", "o", (session,),
                                        lambda r: r[0][2].decode())
 elif command == "sessions":
@@ -196,13 +216,24 @@ elif command == "sessions":
     results["17th"] = opened[16]
     other = open_dbus_connection(bus="SESSION")
     results["another connection"] = outcome(other, SERVICE, "OpenSession", "sv", ("plain", ("s", "")), lambda r: "ok")
-elif command == "execfirst":
+elif command in ("execfirst", "passfirst"):
     session = plain_session(conn)
-    path = create(conn, "session", session, {"exec": "1"})
+    path = create(conn, sys.argv[2], session, {"exec": "1"})
     before = outcome(conn, address(path, "org.freedesktop.Secret.Item"), "GetSecret", "o", (session,), lambda r: r[0][2].decode())
     fd = conn.sock.fileno()
     os.set_inheritable(fd, True)
-    os.execv(sys.argv[2], [sys.argv[2], sys.argv[0], "execsecond", path, str(fd), before, session])
+    arguments = [sys.argv[3], sys.argv[0], command.replace("first", "second"), path, str(fd), before, session]
+    if command == "execfirst":
+        os.execv(sys.argv[3], arguments)
+    # passfirst: a child runs the other program with the connection while this process lives
+    # on, until the child says it has made its first call.
+    done_read, done_write = os.pipe()
+    os.set_inheritable(done_write, True)
+    if os.fork() == 0:
+        os.execv(sys.argv[3], arguments + [str(done_write)])
+    os.close(done_write)
+    os.read(done_read, 1)
+    os._exit(0)
 elif command == "prompts":
     def prompt_of(c):
         return outcome(c, SERVICE, "Unlock", "ao", ([COLLECTIONS["login"]],), lambda r: r[1])
@@ -214,6 +245,21 @@ elif command == "prompts":
     other = open_dbus_connection(bus="SESSION")
     results["Prompt of another connection"] = show(other, first[0])
     results["Dismiss of another connection"] = outcome(other, address(first[0], "org.freedesktop.Secret.Prompt"), "Dismiss")
+    # The owner dismisses it: Completed reaches the owner, not another connection listening.
+    completed = MatchRule(type="signal", interface="org.freedesktop.Secret.Prompt", member="Completed")
+    Proxy(message_bus, other).AddMatch(completed)
+    Proxy(message_bus, conn).AddMatch(completed)
+    with other.filter(completed) as theirs, conn.filter(completed) as ours:
+        call(conn, address(first[0], "org.freedesktop.Secret.Prompt"), "Dismiss")
+        try:
+            results["Completed to the owner"] = conn.recv_until_filtered(ours, timeout=5).body[0]
+        except TimeoutError:
+            results["Completed to the owner"] = "none"
+        try:
+            other.recv_until_filtered(theirs, timeout=1)
+            results["Completed to another"] = "seen"
+        except TimeoutError:
+            results["Completed to another"] = "none"
     mine = prompt_of(other)
     results["fifth dialog at once"] = show(other, mine)
     connections = [open_dbus_connection(bus="SESSION") for _ in range(16)]
