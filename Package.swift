@@ -77,7 +77,7 @@ let package = Package(
             name: "KeychainStore",
             dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage", "KeychainCertificates"]
         ),
-        // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl): used by the daemon only.
+        // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl): used by the daemon and the ssh-agent.
         .target(name: "CSystemShim"),
         // D-Bus through sd-bus: the only target that imports CSystemd.
         .target(name: "DBus", dependencies: ["CSystemd", "KeychainModel"]),
@@ -91,6 +91,8 @@ let package = Package(
             ]
         ),
         .target(name: "KeychainClient", dependencies: ["KeychainProtocol", "KeychainModel"]),
+        // The SSH agent protocol over keys that stay in keychaind (docs/ssh-agent.md).
+        .target(name: "SSHAgent", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainModel", "CSystemShim"]),
         // KeychainCertificates for `keychain csr` only: it builds the PKCS#10 request (with
         // swift-certificates) around a signature keychaind makes; nothing else in the CLI uses it.
         .target(name: "KeychainCLI", dependencies: ["KeychainClient", "KeychainCertificates"]),
@@ -136,6 +138,10 @@ let package = Package(
         .testTarget(name: "KeychainServerTests", dependencies: [
             "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",
             .product(name: "Logging", package: "swift-log"),
+        ]),
+        // Crypto: the in-memory key source signs and verifies the way keychaind does.
+        .testTarget(name: "SSHAgentTests", dependencies: [
+            "SSHAgent", "KeychainModel", "KeychainProtocol", .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .testTarget(
             name: "KeychainStoreTests",
