@@ -33,7 +33,15 @@ public enum AgentProcess {
     /// On SIGTERM, SIGINT or SIGHUP: remove the socket (and the directory made for it), exit.
     public static func removeOnExit(_ socket: AgentSocket) {
         cleanupPaths = (strdup(socket.path), socket.createdDirectory.map { strdup($0) })
-        for s in [SIGTERM, SIGINT, SIGHUP] { signal(s, removeSocketAndExit) }
+        var stopSignals = sigset_t()
+        sigemptyset(&stopSignals)
+        for s in [SIGTERM, SIGINT, SIGHUP] {
+            signal(s, removeSocketAndExit)
+            sigaddset(&stopSignals, s)
+        }
+        // A parent may have started us with signals blocked (test runners and some service
+        // managers' threads do): stopping must work regardless. Threads made later inherit this.
+        pthread_sigmask(SIG_UNBLOCK, &stopSignals, nil)
     }
 
     /// A log line sink: standard error in the foreground, syslog (the journal) once detached.
