@@ -95,7 +95,7 @@ let package = Package(
         .target(name: "SSHAgent", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainModel", "CSystemShim"]),
         // KeychainCertificates for `keychain csr` only: it builds the PKCS#10 request (with
         // swift-certificates) around a signature keychaind makes; nothing else in the CLI uses it.
-        .target(name: "KeychainCLI", dependencies: ["KeychainClient", "KeychainCertificates"]),
+        .target(name: "KeychainCLI", dependencies: ["KeychainClient", "KeychainCertificates", "SSHAgent"]),
         .executableTarget(
             name: "Keychaind",
             dependencies: ["KeychainServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]

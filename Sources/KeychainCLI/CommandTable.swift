@@ -114,6 +114,11 @@ let commands: [Command] = [
                               flags: jsonFlag, positional: "FILE")) { c in
         try BackupCommands.restore(c)
     },
+    Command(spec: CommandSpec(name: "ssh-agent", summary: "Serve the SSH agent protocol with the keychain's SSH keys, which never leave keychaind.",
+                              options: globalOptions + [("listen", "The agent's socket path; its directory is created 0700 (default: a new directory under $TMPDIR).")],
+                              flags: [("foreground", "Stay in the foreground and log to standard error (as ssh-agent -D).")])) { c in
+        try SSHAgentCommand.run(c)
+    },
     Command(spec: CommandSpec(name: "passcode set", summary: "Set a passcode where there is none (admin).",
                               options: globalOptions, flags: jsonFlag)) { c in
         var new = try SecretInput.newPassword("New passcode")
