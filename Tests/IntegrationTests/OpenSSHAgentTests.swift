@@ -1,0 +1,387 @@
+import Foundation
+import KeychainClient
+import KeychainModel
+import Testing
+
+/// `keychain ssh-agent` against a real keychaind and OpenSSH's own tools: ssh-add, ssh-keygen
+/// -Y, and a login to a real sshd on loopback (docs/ssh-agent.md).
+@Suite("keychain ssh-agent with OpenSSH", .serialized)
+final class OpenSSHAgentTests {
+    let daemon: RunningDaemon
+    let connection: KeychainConnection
+    /// A private scratch directory; the agent's socket directory is made inside it.
+    let scratch: String
+    let socketPath: String
+    let agent: Process
+    let agentLog: String
+
+    init() throws {
+        daemon = try RunningDaemon()
+        connection = KeychainConnection(socketPath: daemon.socketPath)
+        var template = Array("/tmp/kcs.XXXXXX".utf8CString)
+        scratch = String(cString: mkdtemp(&template)!)
+        socketPath = scratch + "/agent/sock"
+        agentLog = scratch + "/agent.log"
+        FileManager.default.createFile(atPath: agentLog, contents: nil)
+        agent = Process()
+        agent.executableURL = URL(fileURLWithPath: Binaries.keychain)
+        agent.arguments = ["ssh-agent", "--foreground", "--listen", socketPath]
+        agent.environment = ["KEYCHAIN_SOCKET": daemon.socketPath, "PATH": "/usr/bin:/bin"]
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: agentLog))
+        agent.standardError = log
+        agent.standardOutput = log
+        try agent.run()
+        for _ in 0..<500 where !FileManager.default.fileExists(atPath: socketPath) { usleep(10_000) }
+    }
+
+    deinit {
+        if agent.isRunning {
+            agent.terminate()
+            agent.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(atPath: scratch)
+    }
+
+    var log: String { (try? String(contentsOfFile: agentLog, encoding: .utf8)) ?? "" }
+
+    /// Runs an OpenSSH tool with SSH_AUTH_SOCK pointing at the agent.
+    func ssh(_ tool: String, _ arguments: [String], input: [UInt8] = [], asUser uid: UInt32? = nil,
+             socket: String? = nil) throws -> CLIResult {
+        try runExecutable("/usr/bin/" + tool, arguments,
+                          environment: ["SSH_AUTH_SOCK": socket ?? socketPath, "PATH": "/usr/bin:/bin", "HOME": scratch],
+                          input: input, asUser: uid)
+    }
+
+    func sshKey(_ type: KeyType, label: String) throws -> KeychainKey {
+        try KeychainKey.generate(type, label: label, applicationTag: KeychainKey.sshTag, connection: connection)
+    }
+
+    /// `type base64` of a keychain key, as ssh-add -L prints it before the comment.
+    func authorizedKey(_ key: KeychainKey) -> String {
+        "\(key.sshKeyType!) \(Data(key.sshPublicKeyBlob!).base64EncodedString())"
+    }
+
+    @Test func sshAddListsTheKeychainsSSHKeysAndNoOthers() throws {
+        let ed = try sshKey(.ed25519, label: "ed@test")
+        let p256 = try sshKey(.p256, label: "p256@test")
+        _ = try KeychainKey.generate(.ed25519, label: "not for ssh", connection: connection)
+        let listed = try ssh("ssh-add", ["-L"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let lines = Set(listed.text.split(separator: "\n").map(String.init))
+        #expect(lines == [authorizedKey(ed) + " ed@test", authorizedKey(p256) + " p256@test"])
+    }
+
+    @Test func theSocketIs0600InA0700Directory() throws {
+        let socket = try FileManager.default.attributesOfItem(atPath: socketPath)
+        let directory = try FileManager.default.attributesOfItem(atPath: scratch + "/agent")
+        #expect((socket[.posixPermissions] as? Int) == 0o600)
+        #expect((directory[.posixPermissions] as? Int) == 0o700)
+    }
+
+    @Test func sshKeygenSignaturesMadeThroughTheAgentVerify() throws {
+        for type in [KeyType.ed25519, .p256] {
+            let key = try sshKey(type, label: "signer-\(type)")
+            let pub = scratch + "/signer-\(type).pub"
+            try (authorizedKey(key) + "\n").write(toFile: pub, atomically: true, encoding: .utf8)
+            let message = scratch + "/message-\(type)"
+            try "release v1.2.3\n".write(toFile: message, atomically: true, encoding: .utf8)
+            let signed = try ssh("ssh-keygen", ["-Y", "sign", "-f", pub, "-n", "file", message])
+            #expect(signed.status == 0, "\(signed.stderr)")
+            let signers = scratch + "/allowed-\(type)"
+            try "signer@test \(authorizedKey(key))\n".write(toFile: signers, atomically: true, encoding: .utf8)
+            let verified = try ssh("ssh-keygen", ["-Y", "verify", "-f", signers, "-I", "signer@test", "-n", "file", "-s", message + ".sig"],
+                                   input: Array("release v1.2.3\n".utf8))
+            #expect(verified.status == 0, "\(type): \(verified.stderr) \(verified.text)")
+            // And a changed message does not.
+            let forged = try ssh("ssh-keygen", ["-Y", "verify", "-f", signers, "-I", "signer@test", "-n", "file", "-s", message + ".sig"],
+                                 input: Array("release v6.6.6\n".utf8))
+            #expect(forged.status != 0)
+        }
+    }
+
+    /// The private part of an unencrypted OpenSSH key file (openssh-key-v1): Ed25519's seed
+    /// or ECDSA's scalar, for checking that it never comes back out.
+    func privatePart(ofKeyFile path: String) throws -> [UInt8] {
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let body = text.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
+        let blob = Array(Data(base64Encoded: body)!)
+        var at = 15  // "openssh-key-v1\0"
+        func uint32() -> Int {
+            defer { at += 4 }
+            return blob[at..<(at + 4)].reduce(0) { $0 << 8 | Int($1) }
+        }
+        func string() -> [UInt8] {
+            let n = uint32()
+            defer { at += n }
+            return Array(blob[at..<(at + n)])
+        }
+        _ = string(); _ = string(); _ = string()  // cipher, kdf, kdf options: none
+        #expect(uint32() == 1)
+        _ = string()  // public key
+        let block = string()
+        var inner = 8  // two check words
+        func innerString() -> [UInt8] {
+            let n = block[inner..<(inner + 4)].reduce(0) { $0 << 8 | Int($1) }
+            defer { inner += 4 + n }
+            return Array(block[(inner + 4)..<(inner + 4 + n)])
+        }
+        let type = String(decoding: innerString(), as: UTF8.self)
+        if type == "ssh-ed25519" {
+            _ = innerString()
+            return Array(innerString().prefix(32))
+        }
+        _ = innerString(); _ = innerString()  // curve, point
+        return Array(innerString().drop { $0 == 0 })
+    }
+
+    /// Forwards one client connection to the agent and records everything the agent answered.
+    final class RecordingProxy: @unchecked Sendable {
+        let path: String
+        private let listener: Int32
+        private let lock = NSLock()
+        private var recorded: [UInt8] = []
+        var answers: [UInt8] { lock.withLock { recorded } }
+
+        init(path: String, agent: String) {
+            self.path = path
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            listener = fd
+            var addr = Self.address(path)
+            _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+            listen(fd, 16)
+            Thread.detachNewThread { [self] in
+                while true {
+                    let client = accept(fd, nil, nil)
+                    guard client >= 0 else { return }
+                    let upstream = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+                    var addr = Self.address(agent)
+                    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+                    Thread.detachNewThread { Self.pump(from: client, to: upstream, record: nil) }
+                    Thread.detachNewThread { [self] in Self.pump(from: upstream, to: client) { bytes in self.lock.withLock { self.recorded += bytes } } }
+                }
+            }
+        }
+
+        deinit { shutdown(listener, Int32(SHUT_RDWR)); close(listener) }
+
+        static func pump(from: Int32, to: Int32, record: (([UInt8]) -> Void)?) {
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let n = read(from, &buffer, buffer.count)
+                guard n > 0 else { break }
+                record?(Array(buffer[0..<n]))
+                _ = buffer.withUnsafeBytes { write(to, $0.baseAddress, n) }
+            }
+            shutdown(to, Int32(SHUT_WR))
+        }
+
+        static func address(_ path: String) -> sockaddr_un {
+            var addr = sockaddr_un()
+            addr.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &addr.sun_path) { buf in
+                let b = Array(path.utf8)
+                buf.copyBytes(from: b)
+                buf[b.count] = 0
+            }
+            return addr
+        }
+    }
+
+    @Test func sshAddImportsKeyFilesAsNonExtractableKeysWhosePrivatePartNeverComesBack() throws {
+        let proxy = RecordingProxy(path: scratch + "/proxy", agent: socketPath)
+        for (type, bits) in [("ed25519", "256"), ("ecdsa", "256")] {
+            let file = scratch + "/id_\(type)"
+            let made = try runExecutable("/usr/bin/ssh-keygen", ["-q", "-t", type, "-b", bits, "-N", "", "-C", "file-\(type)", "-f", file],
+                                         environment: ["PATH": "/usr/bin:/bin"], input: [])
+            #expect(made.status == 0, "\(made.stderr)")
+            let added = try ssh("ssh-add", [file], socket: proxy.path)
+            #expect(added.status == 0, "\(added.stderr)")
+            let publicLine = try String(contentsOfFile: file + ".pub", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            let listed = try ssh("ssh-add", ["-L"], socket: proxy.path)
+            #expect(listed.text.contains(publicLine), "\(listed.text)")
+            // Signing with the imported key works too.
+            let signed = try ssh("ssh-keygen", ["-Y", "sign", "-f", file + ".pub", "-n", "file", file + ".pub"], socket: proxy.path)
+            #expect(signed.status == 0, "\(signed.stderr)")
+
+            let stored = try KeychainKey.find(label: "file-\(type)", connection: connection)
+            #expect(stored.count == 1)
+            #expect(stored.first?.extractable == false)
+            #expect(stored.first?.applicationTag == KeychainKey.sshTag)
+
+            let secret = try privatePart(ofKeyFile: file)
+            #expect(secret.count >= 31)
+            #expect(!contains(proxy.answers, secret), "an agent answer carried the private key")
+            // Nor does keychaind hand it out when asked for the item's data.
+            var query: AttributeDictionary = ["class": .string("keys"), "labl": .string("file-\(type)"), "r_Data": .bool(true)]
+            query["m_Limit"] = .string("m_LimitAll")
+            if case .list(let items)? = try? connection.copyMatching(query) {
+                for case .data(let data) in items { #expect(!contains(Array(data), secret)) }
+            }
+        }
+        #expect(!proxy.answers.isEmpty)
+    }
+
+    func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard needle.count <= haystack.count, !needle.isEmpty else { return false }
+        return (0...(haystack.count - needle.count)).contains { haystack[$0..<($0 + needle.count)].elementsEqual(needle) }
+    }
+
+    @Test func removeHidesAKeyFromTheAgentButKeepsItInTheKeychain() throws {
+        let key = try sshKey(.ed25519, label: "hidden@test")
+        let pub = scratch + "/hidden.pub"
+        try (authorizedKey(key) + "\n").write(toFile: pub, atomically: true, encoding: .utf8)
+        #expect(try ssh("ssh-add", ["-d", pub]).status == 0)
+        #expect(try ssh("ssh-add", ["-L"]).text.contains(authorizedKey(key)) == false)
+        #expect(try KeychainKey.find(label: "hidden@test", connection: connection).count == 1)
+    }
+
+    @Test func aConstrainedAddIsRefusedAndStoresNothing() throws {
+        let file = scratch + "/id_lifetime"
+        _ = try runExecutable("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "lifetime", "-f", file],
+                              environment: ["PATH": "/usr/bin:/bin"], input: [])
+        let added = try ssh("ssh-add", ["-t", "60", file])
+        #expect(added.status != 0)
+        #expect(try KeychainKey.find(label: "lifetime", connection: connection).isEmpty)
+    }
+
+    @Test func anotherUsersConnectionIsRefusedEvenWhenTheFileModesWouldAllowIt() throws {
+        _ = try sshKey(.ed25519, label: "mine")
+        let nobody: UInt32 = 65_534
+        // Loosen the modes, as a mistake might: the SO_PEERCRED check must still refuse.
+        chmod(scratch, 0o755)
+        chmod(scratch + "/agent", 0o755)
+        chmod(socketPath, 0o666)
+        let listed = try ssh("ssh-add", ["-L"], asUser: nobody)
+        #expect(listed.status != 0)
+        #expect(!listed.text.contains("ssh-ed25519"))
+        #expect(log.contains("refused a connection from uid 65534"), "\(log)")
+        #expect(try ssh("ssh-add", ["-L"]).text.contains("ssh-ed25519"))  // the owner still is served
+    }
+
+    @Test func anUnsupportedExtensionGetsTheFailureAnswer() throws {
+        let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(s) }
+        var addr = RecordingProxy.address(socketPath)
+        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        #expect(rc == 0)
+        let name = Array("no-such-extension@example.com".utf8)
+        let body: [UInt8] = [27, 0, 0, 0, UInt8(name.count)] + name
+        let frame: [UInt8] = [0, 0, 0, UInt8(body.count)] + body
+        _ = frame.withUnsafeBytes { write(s, $0.baseAddress, $0.count) }
+        var answer = [UInt8](repeating: 0, count: 16)
+        let n = read(s, &answer, answer.count)
+        #expect(Array(answer[0..<max(0, n)]) == [0, 0, 0, 1, 5])
+    }
+
+    @Test func aLockedKeychainRefusesTheSignatureAndTheAgentSaysToUnlock() throws {
+        let key = try sshKey(.ed25519, label: "locked@test")
+        let pub = scratch + "/locked.pub"
+        try (authorizedKey(key) + "\n").write(toFile: pub, atomically: true, encoding: .utf8)
+        // The agent has seen the key while the keychain was open (as after a login).
+        #expect(try ssh("ssh-add", ["-L"]).text.contains(authorizedKey(key)))
+        try connection.setPasscode(Array("1234".utf8))
+        try connection.lock()
+        let signed = try ssh("ssh-keygen", ["-Y", "sign", "-f", pub, "-n", "file", pub])
+        #expect(signed.status != 0)
+        #expect(signed.stderr.contains("agent refused operation"), "\(signed.stderr)")
+        #expect(log.contains("keychain unlock"), "\(log)")
+        try connection.unlock(passcode: Array("1234".utf8))
+        #expect(try ssh("ssh-keygen", ["-Y", "sign", "-f", pub, "-n", "file", pub]).status == 0)
+    }
+
+    @Test func theAgentRemovesItsSocketAndDirectoryWhenStopped() throws {
+        agent.terminate()
+        agent.waitUntilExit()
+        #expect(!FileManager.default.fileExists(atPath: socketPath))
+        #expect(!FileManager.default.fileExists(atPath: scratch + "/agent"))
+    }
+}
+
+/// A login to a real sshd on 127.0.0.1 with a key that exists only in keychaind.
+@Suite("keychain ssh-agent logs in to a real sshd", .serialized)
+struct SSHDLoginTests {
+    static let user = "kcsshtest"
+
+    /// The test user: a real account with a shell and no usable password (not locked, or sshd
+    /// refuses it outright).
+    static func ensureUser() throws {
+        if getpwnam(user) == nil {
+            _ = try runExecutable("/usr/sbin/useradd", ["--create-home", "--shell", "/bin/sh", user], environment: [:], input: [])
+        }
+        _ = try runExecutable("/usr/sbin/usermod", ["--password", "*", user], environment: [:], input: [])
+        guard getpwnam(user) != nil else { throw KeychainError(.io, "useradd \(user) failed") }
+    }
+
+    static func freePort() -> UInt16 {
+        let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(s) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &length) } }
+        return UInt16(bigEndian: addr.sin_port)
+    }
+
+    @Test(arguments: [KeyType.ed25519, .p256])
+    func aLoginAuthenticatesWithAKeychainKey(_ type: KeyType) throws {
+        try Self.ensureUser()
+        let agent = try OpenSSHAgentTests()
+        let key = try agent.sshKey(type, label: "login-\(type)")
+        let dir = agent.scratch + "/sshd"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
+        _ = try runExecutable("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", dir + "/host_key"], environment: [:], input: [])
+        try (agent.authorizedKey(key) + "\n").write(toFile: dir + "/authorized_keys", atomically: true, encoding: .utf8)
+        chmod(agent.scratch, 0o755)
+        chmod(dir, 0o755)
+        chmod(dir + "/authorized_keys", 0o644)
+        let port = Self.freePort()
+        try """
+        ListenAddress 127.0.0.1
+        Port \(port)
+        HostKey \(dir)/host_key
+        PidFile \(dir)/sshd.pid
+        AuthorizedKeysFile \(dir)/authorized_keys
+        AuthenticationMethods publickey
+        PubkeyAuthentication yes
+        PasswordAuthentication no
+        KbdInteractiveAuthentication no
+        UsePAM no
+        StrictModes no
+        AllowUsers \(Self.user)
+
+        """.write(toFile: dir + "/sshd_config", atomically: true, encoding: .utf8)
+        // posix_spawn, not Process: sshd closes every inherited descriptor at start, which
+        // Foundation takes for an exit and then waits for it, stalling every other Process.
+        let arguments: [String] = ["/usr/sbin/sshd", "-D", "-e", "-E", dir + "/sshd.log", "-f", dir + "/sshd_config"]
+        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var sshd: pid_t = 0
+        #expect(posix_spawn(&sshd, "/usr/sbin/sshd", nil, nil, argv, environ) == 0)
+        defer {
+            kill(sshd, SIGTERM)
+            var status: Int32 = 0
+            waitpid(sshd, &status, 0)
+        }
+        var ready = false
+        for _ in 0..<500 where !ready {
+            let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_port = port.bigEndian
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            ready = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
+            close(s)
+            if !ready { usleep(10_000) }
+        }
+        #expect(ready)
+        let login = try agent.ssh("ssh", ["-F", "/dev/null", "-o", "IdentityAgent=\(agent.socketPath)", "-o", "BatchMode=yes",
+                                          "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                                          "-o", "PreferredAuthentications=publickey", "-p", String(port),
+                                          "\(Self.user)@127.0.0.1", "echo logged-in-as-$(id -un)"])
+        #expect(login.status == 0, "\(login.stderr) \((try? String(contentsOfFile: dir + "/sshd.log", encoding: .utf8)) ?? "")")
+        #expect(login.text.contains("logged-in-as-\(Self.user)"), "\(login.text) \(login.stderr)")
+    }
+}
