@@ -110,7 +110,8 @@ let package = Package(
         ),
         // The same CLI linked dynamically, so that tests can load a free() hook into it.
         .executableTarget(name: "keychain-dynamic", dependencies: ["KeychainCLI"]),
-        .executableTarget(name: "keychain-bench", dependencies: ["KeychainClient"]),
+        // SSHAgent: the agent-signature figures speak the agent protocol to both agents.
+        .executableTarget(name: "keychain-bench", dependencies: ["KeychainClient", "KeychainProtocol", "SSHAgent"]),
         .target(name: "GitCredential", dependencies: ["KeychainClient"]),
         // The Secret Service on the session bus, served from keychaind (docs/secret-service.md).
         .target(name: "SecretService", dependencies: ["KeychainClient", "DBus", "CLibcrypto", "CSystemShim"]),

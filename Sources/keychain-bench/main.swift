@@ -34,6 +34,9 @@ struct Options {
     /// Items preloaded in each Secret Service server for the figures beside gnome-keyring,
     /// which then run alone; 0: not run.
     var secretServiceItems = 0
+    /// Signatures per key through `keychain ssh-agent` and OpenSSH's ssh-agent, which then run
+    /// alone (AgentSignatures.swift); 0: not run.
+    var sshAgentSignatures = 0
 
     init(_ args: [String]) {
         var i = 0
@@ -53,8 +56,9 @@ struct Options {
             case "--distinct-queries": distinctQueries = Int(args[i + 1]) ?? distinctQueries; i += 1
             case "--attribute-search": attributeSearchSizes = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
             case "--secret-service": secretServiceItems = Int(args[i + 1]) ?? secretServiceItems; i += 1
+            case "--ssh-agent": sshAgentSignatures = Int(args[i + 1]) ?? sshAgentSignatures; i += 1
             default:
-                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete,sign] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)]")
+                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete,sign] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)] [--ssh-agent SIGNATURES (alone)]")
                 exit(64)
             }
             i += 1
@@ -566,6 +570,17 @@ if !options.attributeSearchSizes.isEmpty {
         try? FileManager.default.removeItem(atPath: dir)
     }
     attributeSearches(sizes: options.attributeSearchSizes)
+    exit(0)
+}
+
+// Alone: agent signatures against OpenSSH's agent, in the same run.
+if options.sshAgentSignatures > 0 {
+    sshAgentFigures(signatures: options.sshAgentSignatures, socket: socket)
+    if let (p, _, dir) = daemon {
+        p.terminate()
+        p.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
     exit(0)
 }
 
