@@ -15,7 +15,7 @@ enum SSHAgentCommand {
         let source = KeychainKeySource(connection: try c.connection())
         let foreground = c.arguments.has("foreground")
         if !foreground {
-            guard let child = AgentProcess.detach() else {
+            guard let child = AgentProcess.detach(keeping: socket.listener.fd) else {
                 serve(socket, source: source, detached: true)
             }
             guard child > 0 else {

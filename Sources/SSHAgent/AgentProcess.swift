@@ -18,15 +18,19 @@ public enum AgentProcess {
     /// session and terminal, and points its standard streams at /dev/null so that
     /// `eval "$(keychain ssh-agent)"` sees the end of the output at once. Called before any
     /// thread starts: a fork copies only the calling thread.
-    public static func detach() -> pid_t? {
+    /// Every other descriptor is closed but `keeping` (the listener): one inherited from the
+    /// caller (a pipe `$(...)` reads, a supervisor's exit watch) would otherwise stay open for
+    /// the agent's life and keep its reader waiting.
+    public static func detach(keeping: Int32) -> pid_t? {
         let pid = fork()
         guard pid == 0 else { return pid }
         setsid()
         let null = open("/dev/null", O_RDWR)
         if null >= 0 {
             for fd: Int32 in 0...2 { dup2(null, fd) }
-            if null > 2 { close(null) }
         }
+        let limit = min(Int32(clamping: sysconf(Int32(_SC_OPEN_MAX))), 65_536)
+        for fd in 3..<max(3, limit) where fd != keeping { close(fd) }
         return nil
     }
 

@@ -289,6 +289,30 @@ final class OpenSSHAgentTests {
         #expect(try ssh("ssh-keygen", ["-Y", "sign", "-f", pub, "-n", "file", pub]).status == 0)
     }
 
+    @Test func withoutForegroundItPrintsTheShellLinesAndServesFromTheBackground() throws {
+        _ = try sshKey(.p256, label: "background@test")
+        let path = scratch + "/bg/sock"
+        let started = try runExecutable(Binaries.keychain, ["ssh-agent", "--listen", path],
+                                        environment: ["KEYCHAIN_SOCKET": daemon.socketPath], input: [])
+        #expect(started.status == 0, "\(started.stderr)")
+        let lines = started.text.split(separator: "\n").map(String.init)
+        #expect(lines.first == "SSH_AUTH_SOCK=\(path); export SSH_AUTH_SOCK;")
+        let pid = lines.dropFirst().first.flatMap { Int32($0.dropFirst("SSH_AGENT_PID=".count).prefix { $0.isNumber }) }
+        #expect(pid != nil && pid != agent.processIdentifier)
+        #expect(try ssh("ssh-add", ["-l"], socket: path).text.contains("background@test"))
+        if let pid { kill(pid, SIGTERM) }
+        for _ in 0..<200 where FileManager.default.fileExists(atPath: path) { usleep(10_000) }
+        #expect(!FileManager.default.fileExists(atPath: scratch + "/bg"))
+    }
+
+    @Test func aSecondAgentOnALiveSocketIsRefused() throws {
+        let second = try runExecutable(Binaries.keychain, ["ssh-agent", "--listen", socketPath],
+                                       environment: ["KEYCHAIN_SOCKET": daemon.socketPath], input: [])
+        #expect(second.status != 0)
+        #expect(second.stderr.contains("already listens"), "\(second.stderr)")
+        #expect(try ssh("ssh-add", ["-l"]).status != 2)  // the first still serves
+    }
+
     @Test func theAgentRemovesItsSocketAndDirectoryWhenStopped() throws {
         agent.terminate()
         agent.waitUntilExit()
