@@ -43,7 +43,7 @@ public final class KeychainKeySource: AgentKeySource {
     public func add(_ key: SSHPrivateKey, comment: String) throws(KeychainError) {
         let type: KeyType = key.publicKey.type == .ed25519 ? .ed25519 : .p256
         // keychaind's forms: Ed25519's 32-byte seed; P-256's X9.63 point then scalar (Apple's).
-        let bytes = key.publicKey.type == .ed25519 ? key.privateBytes : SecretBytes(key.publicKey.bytes + key.privateBytes)
+        let bytes = key.publicKey.type == .ed25519 ? key.privateBytes : Self.x963PrivateKey(point: key.publicKey.bytes, scalar: key.privateBytes)
         let label = comment.isEmpty ? "ssh \(key.publicKey.type.rawValue) key" : comment
         let stored = try KeychainKey.importPrivateKey(bytes, type: type, label: label, accessibility: .whenUnlocked,
                                                       extractable: false, applicationTag: KeychainKey.sshTag,
@@ -55,6 +55,15 @@ public final class KeychainKeySource: AgentKeySource {
             throw KeychainError(.param, "the key's public half does not belong to its private half; not added")
         }
         known.withLock { $0[key.publicKey] = stored }
+    }
+
+    /// P-256's point ‖ scalar, assembled in wiped memory (an array concatenation would leave
+    /// an unwiped copy of the scalar behind).
+    static func x963PrivateKey(point: [UInt8], scalar: SecretBytes) -> SecretBytes {
+        SecretBytes(count: point.count + scalar.count) { out in
+            out.copyBytes(from: point)
+            scalar.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: out[point.count...]).copyMemory(from: $0) }
+        }
     }
 
     /// Lists the SSH keys again and remembers them. While keychaind is locked the keys cannot

@@ -258,19 +258,36 @@ final class OpenSSHAgentTests {
         #expect(try ssh("ssh-add", ["-L"]).text.contains("ssh-ed25519"))  // the owner still is served
     }
 
-    @Test func anUnsupportedExtensionGetsTheFailureAnswer() throws {
+    /// Sends one message to the agent and returns its answer (length prefix included).
+    func exchange(_ body: [UInt8]) -> [UInt8] {
         let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(s) }
         var addr = RecordingProxy.address(socketPath)
         let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
         #expect(rc == 0)
-        let name = Array("no-such-extension@example.com".utf8)
-        let body: [UInt8] = [27, 0, 0, 0, UInt8(name.count)] + name
-        let frame: [UInt8] = [0, 0, 0, UInt8(body.count)] + body
+        let frame = wireString(body)
         _ = frame.withUnsafeBytes { write(s, $0.baseAddress, $0.count) }
-        var answer = [UInt8](repeating: 0, count: 16)
+        var answer = [UInt8](repeating: 0, count: 64)
         let n = read(s, &answer, answer.count)
-        #expect(Array(answer[0..<max(0, n)]) == [0, 0, 0, 1, 5])
+        return Array(answer[0..<max(0, n)])
+    }
+
+    func wireString(_ bytes: [UInt8]) -> [UInt8] {
+        [UInt8(bytes.count >> 24), UInt8(bytes.count >> 16 & 0xff), UInt8(bytes.count >> 8 & 0xff), UInt8(bytes.count & 0xff)] + bytes
+    }
+
+    @Test func anUnsupportedExtensionGetsTheFailureAnswer() throws {
+        #expect(exchange([27] + wireString(Array("no-such-extension@example.com".utf8))) == [0, 0, 0, 1, 5])
+    }
+
+    @Test func anEd25519AddWhosePublicKeyIsNotTheSeedsIsRefusedAndNotKept() throws {
+        let seed = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        let claimed = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        let add: [UInt8] = [17] + wireString(Array("ssh-ed25519".utf8)) + wireString(claimed) + wireString(seed + claimed)
+            + wireString(Array("forged".utf8))
+        #expect(exchange(add) == [0, 0, 0, 1, 5])
+        #expect(try KeychainKey.find(label: "forged", connection: connection).isEmpty)
+        #expect(!(try ssh("ssh-add", ["-L"]).text.contains("forged")))
     }
 
     @Test func aLockedKeychainRefusesTheSignatureAndTheAgentSaysToUnlock() throws {
