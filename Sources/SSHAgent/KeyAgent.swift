@@ -73,9 +73,8 @@ public final class KeyAgent: Sendable {
             }
         case .unlock(let passphrase):
             return unlock(passphrase)
-        case .extension(let name):
+        case .extension:
             // session-bind@openssh.com included: ssh carries on without it (docs/ssh-agent.md).
-            _ = name
             return .failure
         case .unsupported:
             return .failure
