@@ -31,7 +31,17 @@ final class OpenSSHAgentTests {
         agent.standardError = log
         agent.standardOutput = log
         try agent.run()
-        for _ in 0..<500 where !FileManager.default.fileExists(atPath: socketPath) { usleep(10_000) }
+        // Ready once it accepts: the socket's file exists from bind(), a moment before listen().
+        for _ in 0..<2000 where !Self.accepts(socketPath) { usleep(10_000) }
+    }
+
+    static func accepts(_ path: String) -> Bool {
+        let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(s) }
+        var addr = RecordingProxy.address(path)
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        } == 0
     }
 
     deinit {
