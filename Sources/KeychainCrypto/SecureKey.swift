@@ -9,8 +9,9 @@ public final class SecureKey: @unchecked Sendable, ContiguousByteBuffer {
     public static let byteCount = 32
     private let pointer: UnsafeMutableRawPointer
 
-    /// Fills the key from `fill`, which must write exactly `byteCount` bytes.
-    private init(fill: (UnsafeMutableRawBufferPointer) -> Void) {
+    /// Fills the key from `fill`, which must write exactly `byteCount` bytes. Internal so that
+    /// Sodium.swift's key agreement and signing can fill keys straight from libsodium.
+    init(fill: (UnsafeMutableRawBufferPointer) -> Void) {
         Sodium.ensureInitialised()
         guard let p = sodium_malloc(Self.byteCount) else {
             fatalError("sodium_malloc failed: raise RLIMIT_MEMLOCK or free memory")

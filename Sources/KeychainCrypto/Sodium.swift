@@ -208,3 +208,110 @@ public enum X25519SealedBox {
         return plaintext
     }
 }
+
+/// Unkeyed BLAKE2b-256: identities and chain links built from public bytes only.
+public enum PublicHash {
+    public static let outputBytes = 32
+
+    public static func blake2b256(_ parts: [UInt8]...) -> [UInt8] {
+        Sodium.ensureInitialised()
+        var out = [UInt8](repeating: 0, count: outputBytes)
+        withUnsafeTemporaryAllocation(byteCount: crypto_generichash_statebytes(), alignment: 64) { raw in
+            let state = OpaquePointer(raw.baseAddress!)
+            _ = crypto_generichash_init(state, nil, 0, outputBytes)
+            for part in parts {
+                part.withUnsafeBufferPointer { _ = crypto_generichash_update(state, $0.baseAddress, UInt64($0.count)) }
+            }
+            out.withUnsafeMutableBufferPointer { _ = crypto_generichash_final(state, $0.baseAddress!, outputBytes) }
+        }
+        return out
+    }
+}
+
+/// Ed25519 with the 32-byte seed as the secret: the seed fits a SecureKey, and libsodium's
+/// 64-byte secret key is rebuilt from it for each signature (signatures are rare: roster
+/// entries, key wraps, heads) in wiped stack memory.
+public enum Ed25519 {
+    public static let publicKeyBytes = Int(crypto_sign_PUBLICKEYBYTES)
+    public static let signatureBytes = Int(crypto_sign_BYTES)
+
+    public static func publicKey(seed: SecureKey) -> [UInt8] {
+        var pk = [UInt8](repeating: 0, count: publicKeyBytes)
+        withSecretKey(seed: seed) { _, derived in pk = derived }
+        return pk
+    }
+
+    public static func sign(_ message: [UInt8], seed: SecureKey) -> [UInt8] {
+        var sig = [UInt8](repeating: 0, count: signatureBytes)
+        withSecretKey(seed: seed) { sk, _ in
+            message.withUnsafeBufferPointer { m in
+                sig.withUnsafeMutableBufferPointer { s in
+                    _ = crypto_sign_detached(s.baseAddress!, nil, m.baseAddress, UInt64(m.count), sk)
+                }
+            }
+        }
+        return sig
+    }
+
+    /// libsodium's verification, which also refuses non-canonical and small-order encodings.
+    public static func verify(_ signature: [UInt8], of message: [UInt8], publicKey: [UInt8]) -> Bool {
+        Sodium.ensureInitialised()
+        guard signature.count == signatureBytes, publicKey.count == publicKeyBytes else { return false }
+        return signature.withUnsafeBufferPointer { s in
+            message.withUnsafeBufferPointer { m in
+                publicKey.withUnsafeBufferPointer { p in
+                    crypto_sign_verify_detached(s.baseAddress!, m.baseAddress, UInt64(m.count), p.baseAddress!) == 0
+                }
+            }
+        }
+    }
+
+    private static func withSecretKey(seed: SecureKey, _ body: (UnsafePointer<UInt8>, [UInt8]) -> Void) {
+        Sodium.ensureInitialised()
+        var pk = [UInt8](repeating: 0, count: publicKeyBytes)
+        withUnsafeTemporaryAllocation(byteCount: Int(crypto_sign_SECRETKEYBYTES), alignment: 16) { sk in
+            let skPointer = sk.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            seed.withUnsafeBytes { s in
+                pk.withUnsafeMutableBufferPointer { p in
+                    _ = crypto_sign_seed_keypair(p.baseAddress!, skPointer, s.baseAddress!.assumingMemoryBound(to: UInt8.self))
+                }
+            }
+            body(UnsafePointer(skPointer), pk)
+            sodium_memzero(sk.baseAddress!, sk.count)
+        }
+    }
+}
+
+/// X25519 key agreement (crypto_scalarmult): the secret scalar is a SecureKey, and so is
+/// the shared point.
+public enum X25519 {
+    public static let publicKeyBytes = Int(crypto_scalarmult_BYTES)
+
+    public static func publicKey(secret: SecureKey) -> [UInt8] {
+        Sodium.ensureInitialised()
+        var pk = [UInt8](repeating: 0, count: publicKeyBytes)
+        secret.withUnsafeBytes { s in
+            pk.withUnsafeMutableBufferPointer { p in
+                _ = crypto_scalarmult_base(p.baseAddress!, s.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            }
+        }
+        return pk
+    }
+
+    /// The shared point with `publicKey`, or nil when it is all zeros (a small-order public
+    /// key, which would make the "shared" secret known to anyone).
+    public static func sharedSecret(_ secret: SecureKey, _ publicKey: [UInt8]) -> SecureKey? {
+        Sodium.ensureInitialised()
+        guard publicKey.count == publicKeyBytes else { return nil }
+        var rc: Int32 = -1
+        let shared = SecureKey { dst in
+            secret.withUnsafeBytes { s in
+                publicKey.withUnsafeBufferPointer { p in
+                    rc = crypto_scalarmult(dst.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                                           s.baseAddress!.assumingMemoryBound(to: UInt8.self), p.baseAddress!)
+                }
+            }
+        }
+        return rc == 0 ? shared : nil
+    }
+}
