@@ -140,10 +140,10 @@ public struct SyncHead: Sendable, Hashable {
         guard keys.verify(signature, of: signedMessage) else {
             throw KeychainError(.decode, "the head's signature does not verify")
         }
+        guard rosterLength >= 1 else { throw KeychainError(.decode, "the head names an empty roster") }
         if let ours = roster.hash(atLength: Int(rosterLength)), ours != rosterHash {
             throw KeychainError(.decode, "roster fork: device \(device)'s head names another roster of \(rosterLength) entries")
         }
-        guard rosterLength >= 1 else { throw KeychainError(.decode, "the head names an empty roster") }
         return SyncHeadPosition(counter: counter, rosterLength: Int(rosterLength))
     }
 

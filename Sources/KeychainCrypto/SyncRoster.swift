@@ -133,7 +133,7 @@ public struct SyncRoster: Sendable {
     public func signing(_ kind: SyncRosterEntry.Kind, subject: SyncDeviceKeys, by signer: SyncDeviceIdentity,
                         time: Int64) throws(KeychainError) -> SignedRosterEntry {
         let entry = SyncRosterEntry(number: UInt32(entries.count), previous: hash, kind: kind, circleID: circleID,
-                                    epoch: kind == .remove ? epoch + 1 : epoch, subject: subject, time: time,
+                                    epoch: kind == .remove ? epoch &+ 1 : epoch, subject: subject, time: time,
                                     signer: signer.id)
         let signed = SignedRosterEntry(entry: entry, signature: signer.sign(entry.signedMessage))
         var check = self
@@ -177,7 +177,7 @@ public struct SyncRoster: Sendable {
                 guard isMember || awaitingRotation.contains(e.subject.id) else {
                     throw refuse("removes a device that is neither another member nor one that left")
                 }
-                guard epoch < UInt32.max, e.epoch == epoch + 1 else { throw refuse("a removal starts epoch \(epoch + 1)") }
+                guard epoch < UInt32.max, e.epoch == epoch + 1 else { throw refuse("a removal starts the epoch after \(epoch)") }
                 next.members[e.subject.id] = nil
                 next.awaiting = []
                 next.epoch = e.epoch
