@@ -525,3 +525,39 @@ private func everyFlip(of bytes: [UInt8]) -> [[UInt8]] {
         #expect(try head.verify(roster: mine).rosterLength == 2)
     }
 }
+
+@Suite struct SyncJoinRequestTests {
+    let circleID = SyncCircleID.random()
+    let newDevice = SyncDeviceIdentity.generate()
+
+    @Test func theApproverFindsTheRequestByTheFingerprintTypedFromTheNewDevice() throws {
+        let request = try SyncJoinRequest.signed(by: newDevice, circleID: circleID, name: "laptop")
+        #expect(request.isSigned(by: try SyncFingerprint(typed: newDevice.keys.fingerprint.description), for: circleID))
+        #expect(!request.isSigned(by: SyncDeviceIdentity.generate().keys.fingerprint, for: circleID))
+        #expect(!request.isSigned(by: newDevice.keys.fingerprint, for: .random()))
+    }
+
+    @Test func aRequestWithItsNameKeysOrSignatureChangedIsNotTheDevices() throws {
+        let request = try SyncJoinRequest.signed(by: newDevice, circleID: circleID, name: "laptop")
+        let fingerprint = newDevice.keys.fingerprint
+        var renamed = request
+        renamed.name = "laptop2"
+        #expect(!renamed.isSigned(by: fingerprint, for: circleID))
+        // The store's own keys under the device's signature: another fingerprint, and no match.
+        var swapped = request
+        swapped.device = try SyncDeviceKeys(signPublicKey: newDevice.keys.signPublicKey,
+                                            agreementPublicKey: SyncDeviceIdentity.generate().keys.agreementPublicKey)
+        #expect(!swapped.isSigned(by: fingerprint, for: circleID))
+        for flipped in everyFlip(of: request.signature) {
+            var r = request
+            r.signature = flipped
+            #expect(!r.isSigned(by: fingerprint, for: circleID))
+        }
+    }
+
+    @Test func aNameOver64BytesIsParam() {
+        #expect(thrownStatus { () throws(KeychainError) in
+            try SyncJoinRequest.signed(by: newDevice, circleID: circleID, name: String(repeating: "é", count: 33))
+        } == .param)
+    }
+}

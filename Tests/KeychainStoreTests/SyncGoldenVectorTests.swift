@@ -98,6 +98,15 @@ struct SyncGoldenVectorTests {
         #expect(try head.verify(roster: roster).counter == Int64(try vector.number("head_counter")))
     }
 
+    @Test(arguments: rosters)
+    func theJoinRequestIsTheDevicesWhoseFingerprintIsTyped(vector: VectorFile) throws {
+        let b = try deviceIdentity(vector, "b_")
+        let circleID = try SyncCircleID(vector.bytes("circle_id"))
+        let request = SyncJoinRequest(circleID: circleID, device: b.keys, name: try vector.text("join_name"),
+                                      signature: try vector.bytes("join_sig"))
+        #expect(request.isSigned(by: b.keys.fingerprint, for: circleID))
+    }
+
     @Test func theRosterWrapAndHeadAreWrittenByteForByteAsTheCurrentVector() throws {
         let vector = try #require(Self.rosters.last)
         let a = try deviceIdentity(vector, "a_"), b = try deviceIdentity(vector, "b_")
@@ -114,6 +123,8 @@ struct SyncGoldenVectorTests {
         #expect(hex(wrapped.signature) == hex(try vector.bytes("wrap_sig")))
         let head = SyncHead.signed(by: a, counter: Int64(try vector.number("head_counter")), roster: roster)
         #expect(hex(head.signature) == hex(try vector.bytes("head_sig")))
+        let join = try SyncJoinRequest.signed(by: b, circleID: circleID, name: vector.text("join_name"))
+        #expect(hex(join.signature) == hex(try vector.bytes("join_sig")))
     }
 
     // MARK: helpers
