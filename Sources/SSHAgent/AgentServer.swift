@@ -39,7 +39,7 @@ public final class AgentServer: Sendable {
                 connection.close()
                 continue
             }
-            let started = AgentThread.start { [self] in
+            let started = DetachedThread.start { [self] in
                 serve(connection)
                 connection.close()
                 open.subtract(1, ordering: .relaxed)
@@ -121,31 +121,5 @@ public enum AgentFrame {
         while done < buffer.count {
             done += try connection.receive(into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]), deadline: deadline)
         }
-    }
-}
-
-/// Detached POSIX threads for connections (the CLI links no Foundation).
-enum AgentThread {
-    private final class Work {
-        let body: () -> Void
-        init(_ body: @escaping () -> Void) { self.body = body }
-    }
-
-    static func start(_ body: @escaping @Sendable () -> Void) -> Bool {
-        let context = Unmanaged.passRetained(Work(body)).toOpaque()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        defer { pthread_attr_destroy(&attributes) }
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        var thread = pthread_t()
-        let status = pthread_create(&thread, &attributes, { context in
-            Unmanaged<Work>.fromOpaque(context!).takeRetainedValue().body()
-            return nil
-        }, context)
-        guard status == 0 else {
-            Unmanaged<Work>.fromOpaque(context).release()
-            return false
-        }
-        return true
     }
 }

@@ -20,7 +20,7 @@ struct ServerTests {
             directory = String(cString: mkdtemp(&template)!)
             socket = try AgentSocket.listen(at: directory + "/sub/agent.sock")
             let server = AgentServer(agent: KeyAgent(source: source, log: { _ in }), listener: socket.listener, log: { _ in })
-            _ = AgentThread.start { server.run() }
+            _ = DetachedThread.start { server.run() }
         }
 
         deinit {
