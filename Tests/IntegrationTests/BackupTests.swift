@@ -204,7 +204,7 @@ struct BackupTests {
             restore.standardInput = input
             restore.standardError = FileHandle.nullDevice
             try restore.run()
-            input.fileHandleForWriting.write(Data(password + [10]))
+            try? input.fileHandleForWriting.write(contentsOf: Data(password + [10]))
             try input.fileHandleForWriting.close()
             usleep(delay)
             b.crash()

@@ -146,7 +146,7 @@ struct CLITests {
         try p.run()
         for line in lines {
             usleep(300_000)  // let the prompt turn echo off first
-            stdin.fileHandleForWriting.write(Data((line + "\r").utf8))
+            try? stdin.fileHandleForWriting.write(contentsOf: Data((line + "\r").utf8))
         }
         usleep(300_000)
         try stdin.fileHandleForWriting.close()

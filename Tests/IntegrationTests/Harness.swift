@@ -30,6 +30,7 @@ final class RunningDaemon: @unchecked Sendable {
     let environment: [String: String]
 
     init(config: String = "", start: Bool = true, fastKDF: Bool = true, environment: [String: String] = [:]) throws {
+        _ = brokenPipesAreErrors
         self.fastKDF = fastKDF
         self.environment = environment
         // Unix socket paths are limited to 108 bytes: keep the directory short.
@@ -174,8 +175,11 @@ func runExecutable(_ executable: String, _ arguments: [String], environment: [St
     p.standardInput = stdin
     p.standardOutput = stdout
     p.standardError = stderr
+    _ = brokenPipesAreErrors
     try p.run()
-    stdin.fileHandleForWriting.write(Data(input))
+    // A program may exit without reading its input (a refusal, a usage error): the write then
+    // fails with EPIPE, which must not kill the test runner with SIGPIPE.
+    try? stdin.fileHandleForWriting.write(contentsOf: Data(input))
     try stdin.fileHandleForWriting.close()
     let out = stdout.fileHandleForReading.readDataToEndOfFile()
     let err = stderr.fileHandleForReading.readDataToEndOfFile()
@@ -184,6 +188,11 @@ func runExecutable(_ executable: String, _ arguments: [String], environment: [St
 }
 
 func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+/// SIGPIPE ignored in the test runner, once: a write to a pipe or socket whose reader has gone
+/// (a child that exited early, an agent that closed the connection) is then an EPIPE error for
+/// the test to see, not the end of every test in the run.
+let brokenPipesAreErrors: Void = { signal(SIGPIPE, SIG_IGN) }()
 
 /// Expects `body` to throw a KeychainError with `status`.
 func expectStatus(_ status: KeychainStatus, sourceLocation: SourceLocation = #_sourceLocation,

@@ -273,7 +273,7 @@ struct LockStateTests {
             change.standardInput = input
             change.standardError = FileHandle.nullDevice
             try change.run()
-            input.fileHandleForWriting.write(Data(current + [10] + next + [10]))
+            try? input.fileHandleForWriting.write(contentsOf: Data(current + [10] + next + [10]))
             try input.fileHandleForWriting.close()
             usleep(UInt32(round * 7_000))  // kill at a different point each round
             d.crash()

@@ -98,7 +98,7 @@ final class FakeLogin1: @unchecked Sendable {
     func prepareForSleep(_ start: Bool) { send("sleep \(start)") }
 
     private func send(_ command: String) {
-        commands.fileHandleForWriting.write(Data((command + "\n").utf8))
+        try? commands.fileHandleForWriting.write(contentsOf: Data((command + "\n").utf8))
     }
 }
 

@@ -124,7 +124,7 @@ final class PythonPeer {
     }
 
     func ask(_ line: String) throws -> String {
-        input.fileHandleForWriting.write(Data((line + "\n").utf8))
+        try? input.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
         while true {
             if let newline = buffered.firstIndex(of: 10) {
                 let answer = String(decoding: buffered[..<newline], as: UTF8.self)
