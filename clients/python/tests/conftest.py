@@ -16,7 +16,8 @@ KEYCHAIND = os.environ.get("KEYCHAIND_BIN", os.path.join(HERE, "..", "..", "..",
 class Daemon:
     """A real keychaind on a temporary state directory and socket."""
 
-    def __init__(self):
+    def __init__(self, config=""):
+        self.config = config  # TOML appended to the test's keychaind.toml
         self.root = tempfile.mkdtemp(prefix="kcpy.", dir="/tmp")  # socket paths are short
         self.socket = os.path.join(self.root, "s.sock")
         self.log = open(os.path.join(self.root, "daemon.log"), "wb")
@@ -27,7 +28,7 @@ class Daemon:
         env = dict(os.environ, KEYCHAIND_INSECURE_FAST_KDF="1")
         config = os.path.join(self.root, "keychaind.toml")
         with open(config, "w") as f:
-            f.write("lock_grace_seconds = 0\n")
+            f.write("lock_grace_seconds = 0\n" + self.config)
         self.process = subprocess.Popen(
             [KEYCHAIND, "--state-dir", os.path.join(self.root, "state"), "--socket", self.socket, "--config", config],
             stdout=self.log, stderr=self.log, env=env)
