@@ -1,6 +1,7 @@
 // The Secret Service figures (issue 16): keychain-secret-service over keychaind beside
 // gnome-keyring-daemon, each on its own private session bus, driven in the same run by one
-// secretstorage client (Tests/SecretServiceScripts/bench_driver.py) taking turns between them.
+// secretstorage client (Tests/SecretServiceScripts/bench_driver.py) taking turns between them,
+// which also times whole `secret-tool lookup` processes against each.
 import Foundation
 
 /// A private dbus-daemon; its address is what it prints first.
@@ -106,11 +107,11 @@ func secretServiceBench(items: Int, rounds: Int = 500) {
     }
     for label in ["keychaind", "gnome-keyring"] {
         guard let ops = figures[label] else { continue }
-        for op in ["lookup", "store", "floor"] {
+        for op in ["lookup", "store", "floor", "secret-tool"] {
             guard let f = ops[op], let p50 = f["p50_ms"], let p90 = f["p90_ms"] else { continue }
             var line = String(format: "secret-service %@ %@ items=%d rounds=%d p50=%6.3fms p90=%6.3fms",
                               label.padding(toLength: 13, withPad: " ", startingAt: 0),
-                              op.padding(toLength: 6, withPad: " ", startingAt: 0), items, rounds, p50, p90)
+                              op.padding(toLength: 11, withPad: " ", startingAt: 0), items, rounds, p50, p90)
             if label == "keychaind", let theirs = figures["gnome-keyring"]?[op]?["p50_ms"], p50 > 0 {
                 line += String(format: "  gnome-keyring/keychaind=%.2fx", theirs / p50)
             }

@@ -6,10 +6,13 @@
 #   lookup: search_items({"n": k}) + get_secret() on a warm connection and DH session
 #   store:  create_item(replace=True) with new attributes
 #   floor:  org.freedesktop.DBus.Peer.Ping to org.freedesktop.secrets (what no server can remove)
+#   secret-tool: `secret-tool lookup n k`, the whole process (start, libsecret's connection and
+#           session, search, secret), as a shell script or a person's command pays it
 # Prints one JSON object: {label: {op: {"p50_ms": x, "p90_ms": y}}}.
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -33,7 +36,8 @@ for argument in sys.argv[1:]:
     for n in range(ITEMS):
         collection.create_item("bench %d" % n, {"bench": "preload", "n": str(n)}, b"secret %d" % n, replace=True)
     servers.append({"label": label, "conn": conn, "collection": collection,
-                    "times": {"lookup": [], "store": [], "floor": []}})
+                    "env": dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address),
+                    "times": {"lookup": [], "store": [], "floor": [], "secret-tool": []}})
 
 
 def timed(server, op, body):
@@ -54,6 +58,12 @@ for r in range(ROUNDS):
         timed(server, "lookup", lookup)
         timed(server, "store", lambda: collection.create_item("stored %d" % r, {"bench": "store", "r": str(r)}, b"v", replace=True))
         timed(server, "floor", lambda: unwrap_msg(server["conn"].send_and_get_reply(new_method_call(PING, "Ping"))))
+
+        def secret_tool():
+            found = subprocess.run(["secret-tool", "lookup", "n", k], env=server["env"], capture_output=True, check=True)
+            assert found.stdout == b"secret " + k.encode()
+
+        timed(server, "secret-tool", secret_tool)
 
 
 def percentile(values, p):
