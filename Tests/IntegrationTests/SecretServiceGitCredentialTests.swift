@@ -30,6 +30,48 @@ struct SecretServiceGitCredentialTests {
         #expect(try git.keychainItems().isEmpty)
     }
 
+    /// secret-tool stores an item with exactly the attributes git-credential-libsecret looks
+    /// for; with an [[app]] for each executable, git is not given it, and neither sees git's.
+    @Test(arguments: [true, false])
+    func gitAndSecretToolInTheirOwnAppsDoNotFindEachOthersCredentials(separated: Bool) throws {
+        let helper = try LibsecretGitHelper.executable.get()
+        let secretTool = try #require(realpath("/usr/bin/secret-tool", nil).map { p -> String in
+            defer { free(p) }
+            return String(cString: p)
+        })
+        let git = try GitWithLibsecret(config: !separated ? "" : """
+            [[app]]
+            id = "git"
+            uids = [\(getuid())]
+            executables = ["\(helper)"]
+            groups = ["git.credentials"]
+            [[app]]
+            id = "secret-tool"
+            uids = [\(getuid())]
+            executables = ["\(secretTool)"]
+            groups = ["secret-tool"]
+            """)
+        func tool(_ arguments: [String], input: String = "") throws -> CLIResult {
+            try runExecutable(secretTool, arguments, environment: git.setup.environment, input: Array(input.utf8))
+        }
+        let question = ["protocol=https", "host=shared.example"]
+        try git.expectQuiet(git.run("approve", question + ["username=alice", "password=git's"]))
+        #expect(try tool(["store", "--label", "planted", "xdg:schema", "org.gnome.keyring.NetworkPassword",
+                          "protocol", "https", "server", "shared.example", "user", "mallory"], input: "secret-tool's").status == 0)
+        let found = try tool(["search", "--all", "server", "shared.example"])
+        let filled = try git.run("fill", question)
+        if separated {
+            #expect(found.text.contains("secret = secret-tool's") && !found.text.contains("git's"), "\(found.text)")
+            // Both items match what git asks; git is given its own, never the planted one.
+            #expect(filled.lines == question + ["username=alice", "password=git's"])
+            try git.expectQuiet(git.run("reject", question))
+            #expect(try git.run("fill", question).lines == question + ["username=askpass-username", "password=askpass-password"])
+            #expect(try tool(["lookup", "server", "shared.example"]).text == "secret-tool's")
+        } else {
+            #expect(found.text.contains("secret = secret-tool's") && found.text.contains("secret = git's"), "\(found.text)")
+        }
+    }
+
     @Test(arguments: GitHelperCase.all)
     func gitsHelperTest(_ helperCase: GitHelperCase) throws {
         let git = try GitWithLibsecret()
