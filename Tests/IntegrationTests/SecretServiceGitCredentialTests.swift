@@ -221,7 +221,7 @@ enum LibsecretGitHelper {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
             .appendingPathComponent("../../scripts/build-git-credential-libsecret").standardized.path
         do {
-            let built = try runExecutable(script, [], environment: ["PATH": "/usr/bin:/bin"], input: [])
+            let built = try runExecutable(script, [], environment: ProcessInfo.processInfo.environment, input: [])
             let path = built.text.trimmingCharacters(in: .whitespacesAndNewlines)
             guard built.status == 0, FileManager.default.isExecutableFile(atPath: path) else {
                 return .failure(KeychainError(.io, "building git-credential-libsecret failed: \(built.stderr)"))
