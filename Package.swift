@@ -50,6 +50,12 @@ let package = Package(
             pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
+        // PostgreSQL's client library: imported only by KeychainSync's PostgresConnection (docs/sync.md §10).
+        .systemLibrary(
+            name: "CLibPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
         .target(name: "KeychainModel"),
         // The config file's reader: TOML 1.0.0, pure Swift, no Foundation (the daemon links it).
         .target(name: "TOML"),
@@ -77,7 +83,8 @@ let package = Package(
             name: "KeychainStore",
             dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage", "KeychainCertificates"]
         ),
-        // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl): used by the daemon and the ssh-agent.
+        // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl, eventfd): used by the daemon, the
+        // ssh-agent and KeychainSync.
         .target(name: "CSystemShim"),
         // D-Bus through sd-bus: the only target that imports CSystemd.
         .target(name: "DBus", dependencies: ["CSystemd", "KeychainModel"]),
@@ -93,6 +100,8 @@ let package = Package(
         .target(name: "KeychainClient", dependencies: ["KeychainProtocol", "KeychainModel"]),
         // The SSH agent protocol over keys that stay in keychaind (docs/ssh-agent.md).
         .target(name: "SSHAgent", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainModel", "CSystemShim"]),
+        // Sync through PostgreSQL (issue 18, docs/sync.md): the only target that imports CLibPQ.
+        .target(name: "KeychainSync", dependencies: ["CLibPQ", "CSystemShim", "KeychainModel"]),
         // KeychainCertificates for `keychain csr` only: it builds the PKCS#10 request (with
         // swift-certificates) around a signature keychaind makes; nothing else in the CLI uses it.
         .target(name: "KeychainCLI", dependencies: ["KeychainClient", "KeychainCertificates", "SSHAgent"]),
@@ -135,6 +144,8 @@ let package = Package(
         // KeychainStore: to run one SecItem behaviour suite against the store in process and the daemon.
         // DBus: BusConnection against a private bus.
         .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage", "KeychainStore", "DBus"]),
+        // Against a throw-away PostgreSQL cluster that each test starts with scripts/pg-cluster.
+        .testTarget(name: "KeychainSyncTests", dependencies: ["KeychainSync", "KeychainModel"]),
         .testTarget(name: "SecretServiceTests", dependencies: ["SecretService", "KeychainModel"]),
         .testTarget(name: "KeychainServerTests", dependencies: [
             "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",

@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/eventfd.h>
 #include <errno.h>
 #include <unistd.h>
 
@@ -21,4 +22,8 @@ int csystem_pidfd_open(int32_t pid) {
     errno = ENOSYS;
     return -1;
 #endif
+}
+
+int csystem_eventfd(void) {
+    return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 }

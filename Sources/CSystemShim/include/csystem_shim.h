@@ -12,4 +12,8 @@ int csystem_harden_process(void);
 /// an older kernel).
 int csystem_pidfd_open(int32_t pid);
 
+/// eventfd(2), which the Glibc module does not import: a counter, close-on-exec and
+/// non-blocking, readable while non-zero. Returns it, or -1 with errno set.
+int csystem_eventfd(void);
+
 #endif
