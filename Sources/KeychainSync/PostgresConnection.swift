@@ -3,6 +3,7 @@ import Glibc
 #endif
 internal import CLibPQ
 import KeychainModel
+import Synchronization
 
 /// One connection to PostgreSQL through libpq: the only code that calls libpq (docs/sync.md §10).
 ///
@@ -94,6 +95,40 @@ public final class PostgresConnection {
 
     /// The server process serving this connection (what a notification from itself carries).
     public var serverProcessID: Int32 { handle.map { PQbackendPID($0) } ?? 0 }
+
+    /// A handle that cancels whatever statement this connection runs at the time, from any
+    /// thread: how the daemon stops a sync thread that is inside a statement without waiting for
+    /// its timeout. The statement then fails with SQLSTATE 57014 and the connection stays usable.
+    /// Made per connection; a new connection needs a new one.
+    public func makeCanceller() throws(KeychainError) -> Canceller {
+        let conn = try openHandle()
+        guard let cancel = PQgetCancel(conn) else {
+            throw KeychainError(.allocate, "cannot make a cancel request for the PostgreSQL connection")
+        }
+        return Canceller(cancel)
+    }
+
+    public final class Canceller: Sendable {
+        // PGcancel holds a copy of what a cancel request needs; PQcancel on it is safe from any
+        // thread, even while the connection's own thread waits on a statement. The lock only
+        // keeps two cancels (and the free) apart. Kept as its address: a pointer is not Sendable,
+        // and nothing but this type ever holds it.
+        private let request: Mutex<UInt>
+
+        fileprivate init(_ request: OpaquePointer) { self.request = Mutex(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(request)))) }
+
+        deinit { request.withLock { PQfreeCancel(OpaquePointer(bitPattern: $0)) } }
+
+        /// Asks the server to cancel the running statement; false if the request could not be
+        /// sent. A statement that already finished is not affected.
+        @discardableResult
+        public func cancel() -> Bool {
+            request.withLock { address in
+                var buffer = [CChar](repeating: 0, count: 256)
+                return PQcancel(OpaquePointer(bitPattern: address), &buffer, Int32(buffer.count)) == 1
+            }
+        }
+    }
 
     // MARK: Statements
 

@@ -89,6 +89,19 @@ struct PostgresConnectionTests {
         #expect(try db.query("SELECT 1::int8").rows == [[.int(1)]])
     }
 
+    @Test func aCancellerStopsARunningStatementFromAnotherThread() throws {
+        let cluster = try TestCluster()
+        let db = try PostgresConnection(cluster.url)
+        let canceller = try db.makeCanceller()
+        let thread = Thread { Thread.sleep(forTimeInterval: 0.3); canceller.cancel() }
+        let start = ContinuousClock.now
+        thread.start()
+        let error = expectError(.notAvailable) { try db.query("SELECT pg_sleep(30)") }
+        #expect((error?.underlying as? PostgresFailure) == PostgresFailure(.server, sqlState: "57014"))
+        #expect(ContinuousClock.now - start < .seconds(5))
+        #expect(try db.query("SELECT 1::int8").rows == [[.int(1)]])
+    }
+
     @Test func aWrongPasswordIsAuthFailedAndTheMessageDoesNotHoldIt() throws {
         let cluster = try TestCluster()
         let wrong = "Wrong-Secret-7f3a9c"
