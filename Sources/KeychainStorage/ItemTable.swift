@@ -19,6 +19,10 @@ public struct ItemRow: Sendable, Equatable {
     /// The item's rows in the Secret Service attribute index (table item_attributes); nil:
     /// none to write (an insert), or unchanged (a replace). Never read back from the table.
     public var attributeHashes: [[UInt8]]?
+    /// The last version of this item the sync circle has had from this device or sent to it;
+    /// nil: the circle has never seen the item's record. Written by `insert`, kept by
+    /// `replace` (a new local version is still the record the circle saw).
+    public var syncStamp: SyncStamp?
 
     public init(itemClass: ItemClass, persistentID: [UInt8], accessGroup: String, protection: Protection?,
                 sync: Int64, created: Double, modified: Double, hashes: [String: [UInt8]], blob: [UInt8]) {
@@ -31,6 +35,19 @@ public struct ItemRow: Sendable, Equatable {
         self.modified = modified
         self.hashes = hashes
         self.blob = blob
+    }
+}
+
+/// The writer and counter of a synced version of an item (docs/sync.md, 7.3); with the row's
+/// mdat, the version's tuple. Kept as the columns hold it: the store never trusts it for more
+/// than deciding whether a delete leaves a tombstone.
+public struct SyncStamp: Sendable, Equatable {
+    public var writer: [UInt8]
+    public var counter: Int64
+
+    public init(writer: [UInt8], counter: Int64) {
+        self.writer = writer
+        self.counter = counter
     }
 }
 
@@ -67,7 +84,9 @@ public struct ItemTable {
 
     public init(_ db: SQLiteDatabase) { self.db = db }
 
-    private static let fixedColumns = "rowid, class, persistref, agrp, pdmn, sync, cdat, mdat, data"
+    private static let fixedColumns = "rowid, class, persistref, agrp, pdmn, sync, cdat, mdat, data, sync_writer, sync_counter"
+    /// Where the hashed columns start in a row read with `fixedColumns`.
+    private static let firstHashColumn: Int32 = 11
 
     /// Per class, built once: its hashed column codes and the head of its SELECT.
     private struct ClassSQL {
@@ -91,8 +110,10 @@ public struct ItemTable {
     public func insert(_ row: ItemRow) throws(KeychainError) -> Int64 {
         let codes = Self.columns(of: row.itemClass)
         let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
+            + ["sync_writer", "sync_counter"]
         let sql = "INSERT INTO items(\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
-        try db.run(sql, Self.values(of: row, codes: codes))
+        let stamp: [SQLValue] = row.syncStamp.map { [.blob($0.writer), .int($0.counter)] } ?? [.null, .null]
+        try db.run(sql, Self.values(of: row, codes: codes) + stamp)
         let rowid = try lastRowID()
         if let hashes = row.attributeHashes { try insertAttributeHashes(hashes, item: rowid) }
         return rowid
@@ -104,7 +125,7 @@ public struct ItemTable {
         }
     }
 
-    /// Rewrites every column of the row with `row.rowid`.
+    /// Rewrites every column of the row with `row.rowid` but its sync stamp.
     public func replace(_ row: ItemRow) throws(KeychainError) {
         let codes = Self.columns(of: row.itemClass)
         let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
@@ -128,6 +149,12 @@ public struct ItemTable {
 
     public func delete(rowid: Int64) throws(KeychainError) {
         try db.run("DELETE FROM items WHERE rowid = ?", [.int(rowid)])
+    }
+
+    /// Forgets that the circle saw the item: its record is no longer the one the circle knows
+    /// (a primary key or sync changed by an update, after the old record's tombstone).
+    public func clearSyncStamp(rowid: Int64) throws(KeychainError) {
+        try db.run("UPDATE items SET sync_writer = NULL, sync_counter = NULL WHERE rowid = ?", [.int(rowid)])
     }
 
     /// Deletes every row of a protection domain; returns how many.
@@ -344,14 +371,15 @@ public struct ItemTable {
             guard let cls = ItemClass(rawValue: s.text(1)) else { continue }
             var hashes: [String: [UInt8]] = [:]
             hashes.reserveCapacity(codes.count)
-            for (i, code) in codes.enumerated() where !s.isNull(Int32(9 + i)) {
-                hashes[code] = s.blob(Int32(9 + i))
+            for (i, code) in codes.enumerated() where !s.isNull(Self.firstHashColumn + Int32(i)) {
+                hashes[code] = s.blob(Self.firstHashColumn + Int32(i))
             }
             var row = ItemRow(
                 itemClass: cls, persistentID: s.blob(2), accessGroup: s.text(3),
                 protection: Protection(rawValue: s.text(4)), sync: s.int(5),
                 created: s.double(6), modified: s.double(7), hashes: hashes, blob: s.blob(8))
             row.rowid = s.int(0)
+            if !s.isNull(9) && !s.isNull(10) { row.syncStamp = SyncStamp(writer: s.blob(9), counter: s.int(10)) }
             guard try body(row) else { break }
         }
     }

@@ -73,6 +73,75 @@ public enum Schema {
         ) WITHOUT ROWID;
         CREATE INDEX item_attributes_item ON item_attributes(item);
         """),
+        // Sync (docs/sync.md, 7.3), additive: no existing column changes. The circle tables
+        // stay empty until a device joins. The outbox holds every sync = 1 item whose current
+        // version the circle may not have, so the items a database already holds are queued
+        // here, as their adds would have been (ThisDeviceOnly rows never: only an edited row
+        // could be one with sync = 1).
+        ("v6: sync state and outbox", """
+        ALTER TABLE items ADD COLUMN sync_writer BLOB;
+        ALTER TABLE items ADD COLUMN sync_counter INTEGER;
+        CREATE TABLE sync_identity(
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            device_id BLOB NOT NULL CHECK (length(device_id) = 16),
+            sign_pk BLOB NOT NULL CHECK (length(sign_pk) = 32),
+            kx_pk BLOB NOT NULL CHECK (length(kx_pk) = 32),
+            sealed_secrets BLOB NOT NULL
+        );
+        CREATE TABLE sync_circle(
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            circle_id BLOB NOT NULL CHECK (length(circle_id) = 16),
+            epoch INTEGER NOT NULL,
+            cursor INTEGER NOT NULL DEFAULT 0,
+            counter INTEGER NOT NULL DEFAULT 0,
+            last_full_pull INTEGER,
+            state TEXT NOT NULL,
+            store_roster_length INTEGER NOT NULL DEFAULT 0,
+            store_roster_hash BLOB
+        );
+        CREATE TABLE sync_keys(
+            circle_id BLOB NOT NULL,
+            epoch INTEGER NOT NULL,
+            sealed_key BLOB NOT NULL,
+            PRIMARY KEY (circle_id, epoch)
+        );
+        CREATE TABLE sync_roster(
+            circle_id BLOB NOT NULL,
+            entry_no INTEGER NOT NULL,
+            entry BLOB NOT NULL,
+            sig BLOB NOT NULL CHECK (length(sig) = 64),
+            PRIMARY KEY (circle_id, entry_no)
+        );
+        CREATE TABLE sync_writers_seen(
+            writer BLOB PRIMARY KEY CHECK (length(writer) = 16),
+            highest_counter INTEGER NOT NULL,
+            head_counter INTEGER,
+            head_roster_length INTEGER
+        );
+        CREATE TABLE sync_outbox(
+            id INTEGER PRIMARY KEY,
+            item INTEGER UNIQUE REFERENCES items(rowid) ON DELETE CASCADE,
+            counter INTEGER,
+            class TEXT,
+            pdmn TEXT,
+            identity BLOB,
+            blob BLOB,
+            mdat INTEGER,
+            CHECK ((item IS NULL) = (blob IS NOT NULL)),
+            CHECK (blob IS NULL OR (class IS NOT NULL AND pdmn IS NOT NULL AND identity IS NOT NULL AND mdat IS NOT NULL))
+        );
+        CREATE TABLE sync_inbox(
+            record_id BLOB PRIMARY KEY CHECK (length(record_id) = 32),
+            seq INTEGER NOT NULL,
+            epoch INTEGER NOT NULL,
+            mdat INTEGER NOT NULL,
+            writer BLOB NOT NULL,
+            counter INTEGER NOT NULL,
+            tombstone INTEGER NOT NULL,
+            body BLOB NOT NULL
+        );
+        INSERT INTO sync_outbox(item) SELECT rowid FROM items WHERE sync = 1 AND pdmn IN ('ak', 'ck', 'dk') ORDER BY rowid;
+        """),
     ]
 
     public static var currentVersion: Int { migrations.count }

@@ -64,6 +64,7 @@ struct GenerationCountTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([7])]))
         try t.editFile { db in
+            try undoSchemaV6(db)
             try db.execute("DROP TABLE generation")
             try db.execute("DROP TABLE item_attributes")  // schema v5
             try db.execute("DROP TABLE number_rehash")

@@ -41,6 +41,7 @@ struct PersistenceTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([42])]))
         try t.editFile { db in
+            try undoSchemaV6(db)
             try db.execute("DROP TABLE generation")
             try db.execute("DROP TABLE lockout")
             try db.execute("DROP TABLE item_attributes")  // schema v5

@@ -264,6 +264,7 @@ import Testing
         try t.store.setPasscode(bytes("1234"))
         t.store.lock()
         try t.editFile { db in
+            try undoSchemaV6(db)
             try db.execute("DROP TABLE item_attributes")  // schema v5
             try db.execute("DROP TABLE number_rehash")
             try db.execute("PRAGMA user_version = 3")
