@@ -129,10 +129,11 @@ extension ItemStore {
                 // A private key is checked as an import is: the key calls trust stored keys.
                 if cls == .key { try fillKeyAttributes(&attributes, data: data) }
                 let pdmn = Protection(rawValue: attributes["pdmn"]!.stringValue!)!
-                let row = codec.seal(cls, attributes: attributes, data: data,
+                var row = codec.seal(cls, attributes: attributes, data: data,
                                      persistentID: PersistentID.make(at: now()), classKey: try classKey(pdmn))
                 do throws(KeychainError) {
-                    _ = try table.insert(row)
+                    row.rowid = try table.insert(row)
+                    try queueSync(inserted: row)
                     summary.restored += 1
                 } catch where error.status == .duplicateItem {
                     conflicts += 1
@@ -140,8 +141,14 @@ extension ItemStore {
                     case .fail: continue  // counted; nothing is kept below
                     case .skip: summary.skipped += 1
                     case .replace:
-                        if let holder = try table.primaryKeyHolder(of: row) { try table.delete(rowid: holder.rowid) }
-                        _ = try table.insert(row)
+                        // The same primary key is the same sync record: the restored item is
+                        // its next version, not a delete and an add, so it inherits the stamp.
+                        if let holder = try table.primaryKeyHolder(of: row) {
+                            row.syncStamp = holder.syncStamp
+                            try table.delete(rowid: holder.rowid)
+                        }
+                        row.rowid = try table.insert(row)
+                        try queueSync(inserted: row)
                         summary.replaced += 1
                     }
                 }

@@ -82,12 +82,15 @@ extension ItemStore {
     func deleteIdentities(_ query: ItemQuery, groups: [String]) throws(KeychainError) {
         try database.transaction { () throws(KeychainError) in
             let identities = try findIdentities(query, groups: groups, limit: nil)
-            var rowids: Set<Int64> = []
+            var rows: [Int64: ItemRow] = [:]
             for identity in identities {
-                rowids.insert(identity.certificate.row.rowid)
-                rowids.insert(identity.key.row.rowid)
+                rows[identity.certificate.row.rowid] = identity.certificate.row
+                rows[identity.key.row.rowid] = identity.key.row
             }
-            for id in rowids.sorted() { try table.delete(rowid: id) }
+            for (id, row) in rows.sorted(by: { $0.key < $1.key }) {
+                try queueSync(deleting: row)
+                try table.delete(rowid: id)
+            }
         }
     }
 

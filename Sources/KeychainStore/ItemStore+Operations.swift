@@ -48,7 +48,10 @@ extension ItemStore {
         var row = codec.seal(cls, attributes: attributes, data: data, persistentID: id, classKey: key)
         row.rowid = try database.transaction { () throws(KeychainError) -> Int64 in
             try checkNoLegacyHolder(of: row, attributes: attributes)
-            return try insertReplacingCorrupt(row)
+            var inserted = row
+            inserted.rowid = try insertReplacingCorrupt(row)
+            try queueSync(inserted: inserted)
+            return inserted.rowid
         }
         return StoredItem(row: row, attributes: attributes, data: data)
     }
@@ -64,7 +67,8 @@ extension ItemStore {
     }
 
     /// Deletes the row holding `row`'s primary key if it cannot be decrypted; otherwise
-    /// errSecDuplicateItem.
+    /// errSecDuplicateItem. An altered row leaves no sync tombstone: its blob opens for nobody,
+    /// and the new row's version supersedes its record.
     private func removeCorruptHolder(of row: ItemRow) throws(KeychainError) {
         let duplicate = KeychainError(.duplicateItem, "an item with the same primary key already exists in group \"\(row.accessGroup)\"")
         guard let holder = try table.primaryKeyHolder(of: row) else { throw duplicate }
@@ -180,6 +184,7 @@ extension ItemStore {
                 try removeCorruptHolder(of: row)
                 try table.replace(row)
             }
+            try queueSync(replaced: item.row, with: row)
         }
     }
 
@@ -198,12 +203,16 @@ extension ItemStore {
         try database.transaction { () throws(KeychainError) in
             guard plan.needsOpening else {
                 // Every condition is a column: SQLite finds and deletes the rows in one statement.
+                try queueSync(deletingRowsOf: plan.filter)
                 guard try table.deleteRows(plan.filter) > 0 else { throw Self.nothingFound(corrupt: 0) }
                 return
             }
             let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
             guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
-            for item in items { try table.delete(rowid: item.row.rowid) }
+            for item in items {
+                try queueSync(deleting: item.row)
+                try table.delete(rowid: item.row.rowid)
+            }
         }
     }
 }

@@ -158,6 +158,7 @@ extension ItemStore {
         let row = codec.seal(item.itemClass, attributes: attributes, data: query.data ?? .empty,
                              persistentID: item.row.persistentID, classKey: try classKey(pdmn), rowid: item.row.rowid)
         try table.replace(row)
+        try queueSync(replaced: item.row, with: row)
     }
 
     /// An item's attribute set; an item with no xsat has the empty set.

@@ -178,11 +178,13 @@ public final class ItemStore {
     }
 
     /// Erases the keychain: every item, the passcode and the class keys (new ones are made),
-    /// in one transaction. For the optional erase after too many wrong passcodes.
+    /// in one transaction. For the optional erase after too many wrong passcodes. Pending sync
+    /// tombstones go too: their blobs are under the class keys being replaced.
     public func erase() throws(KeychainError) {
         let fresh = try Keybag.create(deviceKey: deviceKey)
         try database.transaction { () throws(KeychainError) in
             try table.deleteAllItems()
+            try syncOutbox.deleteAll()
             try keybagTable.save(fresh.record.encoded())
             try lockoutTable.save(failures: 0, lastFailure: 0)
         }

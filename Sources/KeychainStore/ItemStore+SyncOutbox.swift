@@ -1,0 +1,82 @@
+import KeychainModel
+import KeychainStorage
+
+/// The outbox side of sync (docs/sync.md, 7.3): every local change to a synchronizable item
+/// queues its push in the transaction that makes the change, so no change can be committed
+/// without its entry, nor an entry without its change. Nothing here leaves the machine. Each
+/// function starts with the one branch a sync = 0 item costs.
+extension ItemStore {
+    var syncOutbox: SyncOutboxTable { SyncOutboxTable(database) }
+
+    /// After `row` was inserted (an add, a restored item).
+    func queueSync(inserted row: ItemRow) throws(KeychainError) {
+        guard row.sync != 0, Self.maySync(row) else { return }
+        try syncOutbox.queueVersion(item: row.rowid)
+    }
+
+    /// After `old` was replaced by `new` (same rowid). A change of primary key or of sync
+    /// gives the item another record: the one the circle knew gets its tombstone.
+    func queueSync(replaced old: ItemRow, with new: ItemRow) throws(KeychainError) {
+        guard old.sync != 0 || new.sync != 0 else { return }
+        if old.sync != 0 && !Self.sameRecord(old, new) {
+            if old.syncStamp != nil {
+                try queueSyncTombstone(for: old)
+                try table.clearSyncStamp(rowid: old.rowid)
+            }
+            if new.sync == 0 { try syncOutbox.dequeueVersion(item: old.rowid) }
+        }
+        if new.sync != 0, Self.maySync(new) { try syncOutbox.queueVersion(item: new.rowid) }
+    }
+
+    /// Before `row` is deleted. Only a record the circle has seen needs a tombstone; an item
+    /// never synced leaves nothing behind (its pending version goes with it), so a keychain
+    /// outside any circle keeps no deleted item's blob.
+    func queueSync(deleting row: ItemRow) throws(KeychainError) {
+        guard row.sync != 0, row.syncStamp != nil else { return }
+        try queueSyncTombstone(for: row)
+    }
+
+    /// Before every row `filter` selects is deleted by one statement: the synced ones among
+    /// them get their tombstones. Nothing to read when the filter holds sync = 0 only.
+    func queueSync(deletingRowsOf filter: RowFilter) throws(KeychainError) {
+        guard filter.sync != 0 else { return }
+        var synced = filter
+        synced.sync = 1
+        var stamped: [ItemRow] = []
+        try table.forEach(synced) { row in
+            if row.syncStamp != nil { stamped.append(row) }
+            return true
+        }
+        for row in stamped { try queueSyncTombstone(for: row) }
+    }
+
+    private func queueSyncTombstone(for row: ItemRow) throws(KeychainError) {
+        guard Self.maySync(row), let pdmn = row.protection else { return }
+        // The delete is a new version of the record: never before the version it removes.
+        let mdat = SyncVersion.stampedMdat(now: Self.milliseconds(now()), previous: Self.milliseconds(row.modified))
+        try syncOutbox.queueTombstone(SyncTombstone(itemClass: row.itemClass, protection: pdmn,
+                                                    identity: codec.identity(of: row), blob: row.blob, mdat: mdat))
+    }
+
+    /// Never a ThisDeviceOnly row, even one edited to say sync = 1 (adds and updates refuse
+    /// the pair), nor one whose protection class is unknown.
+    private static func maySync(_ row: ItemRow) -> Bool {
+        guard let pdmn = row.protection else { return false }
+        return !pdmn.isThisDeviceOnly
+    }
+
+    /// Whether two rows are the same sync record: same class, access group, sync and
+    /// primary-key columns (the record id hashes exactly these, docs/sync.md 2.2).
+    static func sameRecord(_ a: ItemRow, _ b: ItemRow) -> Bool {
+        guard a.itemClass == b.itemClass, a.accessGroup == b.accessGroup, a.sync == b.sync else { return false }
+        return ClassSchema.of(a.itemClass)!.primaryKey.allSatisfy { a.hashes[$0.code] == b.hashes[$0.code] }
+    }
+
+    /// CFAbsoluteTime as sync's milliseconds since 2001, rounded down (a date before 2001 or
+    /// beyond Int64 is clamped, never a trap).
+    static func milliseconds(_ seconds: Double) -> Int64 {
+        let ms = (seconds * 1000).rounded(.down)
+        guard ms.isFinite else { return ms > 0 ? .max : .min }
+        return ms >= 9.2e18 ? .max : ms <= -9.2e18 ? .min : Int64(ms)
+    }
+}
