@@ -70,7 +70,7 @@ final class RequestHandler {
         do {
             let scope = try authorize(request, caller: caller, policy: policy)
             if let derivation = try prepare(request) { return .derive(derivation) }
-            return .answered(try perform(request, scope: scope, caller: caller))
+            return .answered(try perform(request, scope: scope, caller: caller, policy: policy))
         } catch {
             return .answered(Response(error: error))
         }
@@ -181,7 +181,7 @@ final class RequestHandler {
         return Response()
     }
 
-    private func perform(_ request: Request, scope: AccessScope, caller: Caller) throws(KeychainError) -> Response {
+    private func perform(_ request: Request, scope: AccessScope, caller: Caller, policy: AccessPolicy) throws(KeychainError) -> Response {
         switch request {
         case .add(let dict):
             return Response(result: try store.add(dict, scope: scope))
@@ -207,7 +207,7 @@ final class RequestHandler {
         case .keyDecrypt(let query, let parameters):
             return Response(result: .single(.data(try store.decrypt(query, parameters: parameters, scope: scope))))
         case .status:
-            return Response(result: .single(.attributes(status(scope))))
+            return Response(result: .single(.attributes(status(scope, forBridge: policy.isBridge(caller.executable)))))
         case .lock:
             guard store.hasPasscode else {
                 throw KeychainError(.param, "no passcode is set, so the keychain cannot be locked; set one with `keychain passcode set`")
@@ -307,7 +307,10 @@ final class RequestHandler {
         }
     }
 
-    private func status(_ scope: AccessScope) -> AttributeDictionary {
+    /// `forBridge`: the caller is the Secret Service bridge itself (not a caller it speaks
+    /// for), which alone is told the generation: it tells every app of a write by any client
+    /// of any group, which the bridge turns into one collection-wide signal.
+    private func status(_ scope: AccessScope, forBridge: Bool) -> AttributeDictionary {
         let mono = clock.monotonic()
         let wall = clock.wall()
         var info: AttributeDictionary = [
@@ -324,6 +327,9 @@ final class RequestHandler {
         }
         if let purge = machine.purgeAt {
             info["purge_in"] = .int(Int64(max(0, purge - mono).rounded(.up)))
+        }
+        if forBridge, let generation = try? store.generation() {
+            info["generation"] = .int(generation)
         }
         return info
     }

@@ -111,6 +111,9 @@ final class StoreExecutor: Sendable {
                 emit: (Response) -> Bool = { _ in true }) -> Response {
         let current = settings.withLock { $0 }
         let response = run(request, from: caller, policy: current.policy, reader: current.reader, emit: emit)
+        // The bridge asks for status every second to learn of changes (docs/secret-service.md,
+        // "Changes made outside the bridge"): a line each time would bury the calls that matter.
+        if request == .status && bridgePID == nil && current.policy.isBridge(caller.executable) { return response }
         current.audit?.record(request, caller: caller, app: current.policy.appID(for: caller),
                               defaultGroup: current.policy.scope(for: caller).groups.first, response: response,
                               bridgePID: bridgePID)

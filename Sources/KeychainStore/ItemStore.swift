@@ -76,6 +76,12 @@ public final class ItemStore {
         try? generationRecord.write(GenerationRecord(state: .clean, generation: generation))
     }
 
+    /// The database's generation: its count of committed write transactions. The Secret
+    /// Service bridge watches it to learn of changes other clients make.
+    public func generation() throws(KeychainError) -> Int64 {
+        try table.generation()
+    }
+
     /// The keybag of the database. A new one (saved in its own transaction) only for a
     /// database that never held anything: no item, no transaction ever committed (a first
     /// start interrupted before its keybag was saved, or one from before schema v3 that held
