@@ -107,6 +107,7 @@ extension SecretServiceBridge {
         let login = CollectionName.login.path
         do {
             let locked = try keychainState() != "unlocked"
+            changeFeed.noteLockState(locked: locked)
             try bus.emitSignal(path: login, interface: Self.propertiesInterface, member: "PropertiesChanged",
                                [.string(Self.collectionInterface), .variantDictionary(["Locked": .bool(locked)]), .array(element: "s", [])])
             try bus.emitSignal(path: SecretObjectPath.root, interface: Self.serviceInterface, member: "CollectionChanged", [.objectPath(login)])

@@ -27,6 +27,8 @@ public final class SecretServiceBridge {
     var callers: [String: KnownCaller] = [:]
     /// The login collection's Modified: the bridge's last change to it.
     var loginModified = UInt64(Date().timeIntervalSince1970)
+    /// Changes made outside the bridge, as keychaind's status shows them.
+    var changeFeed = KeychainChangeFeed()
     private var lostName = false
     /// keychaind went away. Not reconnected: keychaind reads the bridge's executable when it
     /// accepts, which a non-dumpable process hides, so the bridge exits and is started again.
@@ -56,6 +58,9 @@ public final class SecretServiceBridge {
 
     /// Registers the objects and the bus signals the bridge follows. Call before owning the name.
     public func serve() throws(KeychainError) {
+        // The baseline of changes made elsewhere, before any client can see the name: one
+        // made between owning it and the first check is then signalled too.
+        _ = changeFeed.observe(try keychain.status())
         try bus.addFallback(SecretObjectPath.root) { [unowned self] in handle($0) }
         try bus.onSignal(sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                          member: "NameOwnerChanged") { [unowned self] signal in
@@ -69,11 +74,14 @@ public final class SecretServiceBridge {
         }
     }
 
-    /// Handles calls until the name is lost (another bridge took it with --replace), sending
-    /// keychaind a status call every `keepAliveSeconds` so that its idle timeout spares us.
-    /// Returns normally on loss; throws when the bus or keychaind goes away.
-    public func run(keepAliveSeconds: Double = 240) throws(KeychainError) {
+    /// Handles calls until the name is lost (another bridge took it with --replace), asking
+    /// keychaind for its status every `changeCheckSeconds` to signal changes other clients
+    /// made (that call also keeps keychaind's idle timeout from stopping it), and keeping the
+    /// prompts' connection alive every `keepAliveSeconds`. Returns normally on loss; throws
+    /// when the bus or keychaind goes away.
+    public func run(keepAliveSeconds: Double = 240, changeCheckSeconds: Double = 1) throws(KeychainError) {
         var nextKeepAlive = Date().addingTimeInterval(keepAliveSeconds)
+        var nextChangeCheck = Date()
         while true {
             try bus.processPending()
             for outcome in mailbox.take() {
@@ -88,14 +96,18 @@ public final class SecretServiceBridge {
                 sessions.removeAll()
                 throw keychainGone
             }
-            let now = Date()
+            var now = Date()
+            if now >= nextChangeCheck {
+                try checkForChanges()
+                now = Date()
+                nextChangeCheck = now.addingTimeInterval(changeCheckSeconds)
+            }
             if now >= nextKeepAlive {
-                _ = try keychain.status()
                 _ = try promptKeychain?.status()
                 nextKeepAlive = now.addingTimeInterval(keepAliveSeconds)
             }
             // Wait for the bus, a prompt's outcome, sd-bus's own timer or the keep-alive.
-            var timeout = nextKeepAlive.timeIntervalSince(now)
+            var timeout = min(nextKeepAlive, nextChangeCheck).timeIntervalSince(now)
             if let due = bus.nextTimeout {
                 var clock = timespec()
                 clock_gettime(CLOCK_MONOTONIC, &clock)

@@ -1,0 +1,86 @@
+import Foundation
+import KeychainModel
+import Testing
+
+/// Changes made to Secret Service items outside the bridge (another keychain client, a
+/// lock) reach D-Bus clients as signals on the login collection, which the bridge learns of
+/// from keychaind's status (docs/secret-service.md, "Changes made outside the bridge").
+@Suite("Secret Service: changes made outside the bridge")
+struct SecretServiceChangeFeedTests {
+    static let login = "/org/freedesktop/secrets/collection/login"
+    static let collectionChanged = "org.freedesktop.Secret.Service.CollectionChanged /org/freedesktop/secrets \(login)"
+    static let itemsInvalidated = "org.freedesktop.DBus.Properties.PropertiesChanged \(login) org.freedesktop.Secret.Collection changed= invalidated=Items"
+
+    /// What a monitor connection sees from org.freedesktop.secrets while `action` runs and
+    /// until it has seen `count` signals or `seconds` have passed; and how long that took
+    /// after the action.
+    static func signals(_ setup: SecretServiceSetup, count: Int, seconds: Double,
+                        during action: () throws -> Void) throws -> (lines: [String], elapsed: Double) {
+        let monitor = Process()
+        monitor.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        monitor.arguments = [SecretServiceScripts.path("changes.py"), String(seconds), String(count)]
+        monitor.environment = setup.environment
+        let output = Pipe()
+        monitor.standardOutput = output
+        try monitor.run()
+        #expect(output.fileHandleForReading.readData(ofLength: 6) == Data("ready\n".utf8))
+        try action()
+        let start = Date()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        monitor.waitUntilExit()
+        return (text.split(separator: "\n").map(String.init), Date().timeIntervalSince(start))
+    }
+
+    /// A setup holding one secret-tool item, served by a bridge started after it was stored,
+    /// so that the store's own change is behind that bridge's baseline.
+    static func setupWithOneItem() throws -> SecretServiceSetup {
+        let setup = try SecretServiceSetup()
+        let stored = try runExecutable("/usr/bin/secret-tool", ["store", "--label", "Mail", "service", "mail", "user", "alice"],
+                                       environment: setup.environment, input: bytes("hunter2"))
+        #expect(stored.status == 0)
+        _ = try setup.startedBridge(["--replace"])
+        #expect(try setup.bridges[0].exitStatus() == 0)
+        return setup
+    }
+
+    @Test func aKeychainDeleteOfASecretToolItemIsSignalledOnTheLoginCollection() throws {
+        let setup = try Self.setupWithOneItem()
+        let seen = try Self.signals(setup, count: 2, seconds: 10) { () throws in
+            let deleted = try setup.daemon.cli(["delete", "--service", "secret-service:login"])
+            #expect(deleted.status == 0)
+        }
+        #expect(seen.lines == [Self.collectionChanged, Self.itemsInvalidated])
+        #expect(seen.elapsed < 5, "the signals came \(seen.elapsed) s after the delete")
+        let lookup = try runExecutable("/usr/bin/secret-tool", ["lookup", "service", "mail", "user", "alice"],
+                                       environment: setup.environment, input: [])
+        #expect(lookup.status != 0)
+    }
+
+    @Test func nothingIsSignalledWhileNothingChanges() throws {
+        let setup = try Self.setupWithOneItem()
+        let seen = try Self.signals(setup, count: 1, seconds: 3.5) {
+            // Reads change nothing.
+            let lookup = try runExecutable("/usr/bin/secret-tool", ["lookup", "service", "mail", "user", "alice"],
+                                           environment: setup.environment, input: [])
+            #expect(lookup.status == 0 && lookup.text == "hunter2")
+            #expect(try setup.daemon.cli(["status"]).status == 0)
+        }
+        #expect(seen.lines == [])
+    }
+
+    @Test func aKeychainLockIsSignalledAsLoginsLockedProperty() throws {
+        let setup = try SecretServiceSetup()
+        #expect(try setup.daemon.cli(["passcode", "set"], input: bytes("1234\n")).status == 0)
+        // The passcode's own transaction moves the generation: let the bridge see it first.
+        _ = try Self.signals(setup, count: 2, seconds: 5) {}
+        let seen = try Self.signals(setup, count: 2, seconds: 10) { () throws in
+            let locked = try setup.daemon.cli(["lock"])
+            #expect(locked.status == 0)
+        }
+        #expect(seen.lines == [
+            "org.freedesktop.DBus.Properties.PropertiesChanged \(Self.login) org.freedesktop.Secret.Collection changed=Locked invalidated=",
+            Self.collectionChanged,
+        ])
+        #expect(seen.elapsed < 5, "the signals came \(seen.elapsed) s after the lock")
+    }
+}
