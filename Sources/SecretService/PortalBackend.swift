@@ -15,6 +15,7 @@ extension SecretServiceBridge {
     static let portalPath = "/org/freedesktop/portal/desktop"
     static let portalInterface = "org.freedesktop.impl.portal.Secret"
     static let portalFrontEnd = "org.freedesktop.portal.Desktop"
+    static let portalRequestInterface = "org.freedesktop.impl.portal.Request"
 
     /// Serves the backend's object. Call before owning `portalBusName`.
     public func servePortal() throws(KeychainError) {
@@ -22,11 +23,19 @@ extension SecretServiceBridge {
     }
 
     func handlePortal(_ call: BusMessage) -> Bool {
-        guard call.isMethodCall, call.path == Self.portalPath, let sender = call.sender,
+        guard call.isMethodCall, let path = call.path, let sender = call.sender,
               let interface = call.interface, let member = call.member else { return false }
         do {
             let values: [BusValue]
             switch (interface, member) {
+            case (Self.portalRequestInterface, "Close") where path != Self.portalPath:
+                // Nothing is left to stop (no dialog; the secret is written before the
+                // reply): the object goes, so that the portal drops its request quietly.
+                try requirePortalFrontEnd(sender)
+                guard portalRequests.close(path) else { return false }
+                values = []
+            case _ where path != Self.portalPath:
+                return false
             case (Self.portalInterface, "RetrieveSecret"):
                 values = try retrieveSecret(call, sender: sender)
             case (Self.propertiesInterface, "Get"):
@@ -57,17 +66,14 @@ extension SecretServiceBridge {
     /// RetrieveSecret(o handle, s app_id, h fd, a{sv} options) → (u response, a{sv} results):
     /// the app's secret written to `fd`, response 0; 2 for a bad app id or a failed write.
     func retrieveSecret(_ call: BusMessage, sender: String) throws -> [BusValue] {
-        _ = try call.readObjectPath()
+        let handle = try call.readObjectPath()
         let appID = try call.readString()
         guard case .fileDescriptor(let fd) = try call.readValue() else {
             throw BusErrorReply.invalidArgs("RetrieveSecret takes a file descriptor")
         }
         defer { close(fd) }
-        let owner = try? bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                                  member: "GetNameOwner", arguments: [.string(Self.portalFrontEnd)]).readString()
-        guard owner == sender else {
-            throw BusErrorReply.accessDenied("the portal backend answers only the owner of \(Self.portalFrontEnd)")
-        }
+        try requirePortalFrontEnd(sender)
+        portalRequests.opened(handle)
         // Unsandboxed apps come with "": they use the Secret Service itself.
         guard SecretServiceNames.isValidAppID(appID) else { return [.uint32(2), .variantDictionary([:])] }
         // The descriptor is the sandboxed app's choice, passed on by the portal: only a pipe or
@@ -83,6 +89,15 @@ extension SecretServiceBridge {
             return [.uint32(2), .variantDictionary([:])]
         }
         return [.uint32(0), .variantDictionary([:])]
+    }
+
+    /// AccessDenied unless `sender` owns org.freedesktop.portal.Desktop.
+    func requirePortalFrontEnd(_ sender: String) throws(BusErrorReply) {
+        let owner = try? bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                                  member: "GetNameOwner", arguments: [.string(Self.portalFrontEnd)]).readString()
+        guard owner == sender else {
+            throw .accessDenied("the portal backend answers only the owner of \(Self.portalFrontEnd)")
+        }
     }
 
     /// How long RetrieveSecret may wait for the app's descriptor to take the secret: a fresh
@@ -117,5 +132,30 @@ extension SecretServiceBridge {
             _ = poll(&watch, 1, Int32(left))
         }
         return nil
+    }
+}
+
+/// The `org.freedesktop.impl.portal.Request` objects of the portal backend: one at the handle
+/// of each RetrieveSecret call, as the portal specification asks of a backend. xdg-desktop-portal
+/// forwards an app's Request.Close to it, and fails the app's Close when no object is there.
+/// The bridge answers RetrieveSecret before it reads another message, so a Close always
+/// comes after the reply: the object outlives the call, and the latest ones are kept.
+struct PortalRequests {
+    static let kept = 16
+    private var handles: [String] = []
+
+    /// A call came with `handle` (a path under the portal's request prefix).
+    mutating func opened(_ handle: String) {
+        guard handle.hasPrefix(SecretServiceBridge.portalPath + "/request/") else { return }
+        handles.removeAll { $0 == handle }
+        handles.append(handle)
+        if handles.count > Self.kept { handles.removeFirst(handles.count - Self.kept) }
+    }
+
+    /// Close: false when there is no object at `handle` (never made, closed, or long gone).
+    mutating func close(_ handle: String) -> Bool {
+        guard let index = handles.firstIndex(of: handle) else { return false }
+        handles.remove(at: index)
+        return true
     }
 }

@@ -29,6 +29,8 @@ public final class SecretServiceBridge {
     var loginModified = UInt64(Date().timeIntervalSince1970)
     /// Changes made outside the bridge, as keychaind's status shows them.
     var changeFeed = KeychainChangeFeed()
+    /// The portal backend's Request objects (PortalBackend.swift).
+    var portalRequests = PortalRequests()
     private var lostName = false
     /// keychaind went away. Not reconnected: keychaind reads the bridge's executable when it
     /// accepts, which a non-dumpable process hides, so the bridge exits and is started again.

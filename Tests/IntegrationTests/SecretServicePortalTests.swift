@@ -39,6 +39,15 @@ struct SecretServicePortalTests {
         #expect(result.text.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(result.text) \(result.stderr)")
     }
 
+    @Test func thePortalCanCloseTheRequestOfACallOnce() throws {
+        let setup = try Self.setup()
+        let answer = try setup.pythonJSON("portal_request.py")
+        #expect(answer["response"] as? Int == 0)
+        #expect(answer["close"] as? String == "ok")
+        #expect(answer["again"] as? String == "org.freedesktop.DBus.Error.UnknownMethod", "\(answer)")
+        #expect(answer["unknown"] as? String == "org.freedesktop.DBus.Error.UnknownMethod", "\(answer)")
+    }
+
     @Test(arguments: ["", "has space", "slash/no"])
     func anInvalidAppIDGetsResponse2(_ appID: String) throws {
         let setup = try Self.setup()
