@@ -1,4 +1,5 @@
 import Foundation
+import KeychainClient
 import KeychainModel
 import Testing
 
@@ -66,6 +67,27 @@ struct SecretServiceChangeFeedTests {
             #expect(try setup.daemon.cli(["status"]).status == 0)
         }
         #expect(seen.lines == [])
+    }
+
+    @Test func theGenerationIsForTheBridgeAlone() throws {
+        let setup = try SecretServiceSetup(startBridge: false)
+        let status = try KeychainConnection(socketPath: setup.daemon.socketPath).status()
+        #expect(status["version"] != nil)
+        #expect(status["generation"] == nil)
+    }
+
+    @Test func theBridgesStatusCallsStayOutOfTheAuditLog() throws {
+        let path = "/tmp/kc-audit-feed-\(getpid()).jsonl"
+        defer { unlink(path) }
+        let setup = try SecretServiceSetup(config: "audit_log = \"\(path)\"")
+        Thread.sleep(forTimeInterval: 2.5)
+        let stored = try runExecutable("/usr/bin/secret-tool", ["store", "--label", "Mail", "service", "mail"],
+                                       environment: setup.environment, input: bytes("hunter2"))
+        #expect(stored.status == 0)
+        let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
+        let bridgesOwn = lines.filter { $0.contains("\"pid\":\(setup.bridge.pid),") && !$0.contains("\"via\"") }
+        #expect(bridgesOwn.isEmpty, "\(bridgesOwn)")
+        #expect(lines.contains { $0.contains("\"via\":\"secret-service\"") && $0.contains("\"op\":\"attributeAdd\"") }, "\(lines)")
     }
 
     @Test func aKeychainLockIsSignalledAsLoginsLockedProperty() throws {
