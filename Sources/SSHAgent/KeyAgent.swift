@@ -11,6 +11,10 @@ public final class KeyAgent: Sendable {
     private let source: any AgentKeySource
     private let log: @Sendable (String) -> Void
     private let state = Mutex(State())
+    /// Held through an unlock and its delay: guesses over many connections (a forwarded
+    /// agent's channels) wait their turn, so the growing delay bounds guesses per second for
+    /// the agent, as OpenSSH's single-threaded agent does, not per connection.
+    private let unlockTurn = Mutex(())
 
     private struct State {
         /// Keys `ssh-add -d/-D` removed from the agent's view; still in the keychain.
@@ -135,6 +139,10 @@ public final class KeyAgent: Sendable {
     }
 
     private func unlock(_ passphrase: SecretBytes) -> AgentResponse {
+        unlockTurn.withLock { _ in unlockInTurn(passphrase) }
+    }
+
+    private func unlockInTurn(_ passphrase: SecretBytes) -> AgentResponse {
         let failures: Int? = state.withLock { s in
             guard let expected = s.lockPassphrase else { return 0 }
             if expected == passphrase {

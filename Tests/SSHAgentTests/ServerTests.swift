@@ -166,4 +166,73 @@ struct ServerTests {
         #expect(throws: KeychainError(.param, "")) { try AgentSocket.listen(at: "/tmp/$(x)/agent.sock") }
         #expect(throws: KeychainError(.param, "")) { try AgentSocket.listen(at: "relative/agent.sock") }
     }
+
+    // MARK: attacks tried (docs/security.md, "Attacks tried: keys and the ssh-agent")
+
+    func lockMessage(_ type: UInt8, _ passphrase: String) -> [UInt8] {
+        var w = Wire()
+        w.byte(type)
+        w.string(Array(passphrase.utf8))
+        return w.bytes
+    }
+
+    /// Guessing the ssh-add -x passphrase over many connections at once (a forwarded agent
+    /// opens as many channels as the far side likes): the growing delay holds for the agent,
+    /// so six parallel misses take 0.1 + 0.2 + ... + 0.6 s, not 0.6 s.
+    @Test func unlockGuessesOverManyConnectionsWaitTheirTurn() throws {
+        let agent = try Running()
+        let owner = try agent.connect()
+        defer { owner.close() }
+        try owner.writeAll(frame(lockMessage(22, "right")))
+        #expect(try answer(owner) == .success)
+        let guessers = try (0..<6).map { _ in try agent.connect() }
+        defer { guessers.forEach { $0.close() } }
+        let start = MonotonicClock.nanoseconds()
+        for (n, s) in guessers.enumerated() { try s.writeAll(frame(lockMessage(23, "guess\(n)"))) }
+        for s in guessers { #expect(try answer(s) == .failure) }
+        let seconds = Double(MonotonicClock.nanoseconds() - start) / 1e9
+        #expect(seconds >= 2.0, "six wrong guesses took \(seconds) s")
+        try owner.writeAll(frame(lockMessage(23, "right")))
+        #expect(try answer(owner) == .success)
+    }
+
+    /// Connections past the cap are closed at once and the agent serves again when they end:
+    /// threads stay bounded however many a client opens.
+    @Test func connectionsPastTheCapAreClosedAndTheAgentRecovers() throws {
+        let agent = try Running()
+        let held = try (0..<AgentServer.maximumConnections).map { _ in try agent.connect() }
+        for s in held {
+            try s.writeAll(frame([11]))
+            #expect(try answer(s) == .identities([]))
+        }
+        let extra = try agent.connect()
+        try? extra.writeAll(frame([11]))
+        #expect((try? answer(extra)) == nil)
+        extra.close()
+        held.forEach { $0.close() }
+        usleep(200_000)
+        let again = try agent.connect()
+        defer { again.close() }
+        try again.writeAll(frame([11]))
+        #expect(try answer(again) == .identities([]))
+    }
+
+    /// A SIGN_REQUEST for a key the keychain does not hold, or a blob that is no key, is
+    /// FAILURE and the connection stays usable.
+    @Test func aSignatureForAKeyNotHeldIsFailureAndTheConnectionLives() throws {
+        let agent = try Running()
+        let s = try agent.connect()
+        defer { s.close() }
+        try s.writeAll(frame(TestKeys.signMessage(TestKeys.ed25519().1, [1])))
+        #expect(try answer(s) == .failure)
+        var junk = Wire()
+        junk.byte(13)
+        junk.string([0, 0, 0, 3, 0x61])
+        junk.string([1])
+        junk.uint32(0)
+        try s.writeAll(frame(junk.bytes))
+        #expect(try answer(s) == .failure)
+        try s.writeAll(frame([11]))
+        #expect(try answer(s) == .identities([]))
+    }
 }
