@@ -124,13 +124,15 @@ public final class KeyAgent: Sendable {
             // A lifetime or confirmation the agent cannot keep is refused, never dropped silently.
             return refuse("refused a key with constraints (ssh-add -t/-c/-h): keychain keys have no lifetime or confirmation; add it without them")
         }
-        // A key hidden by ssh-add -d comes back into view rather than being stored twice.
-        if let all = try? source.identities(), all.contains(where: { $0.key == key.publicKey }) {
-            state.withLock { _ = $0.hidden.remove(key.publicKey) }
-            return .success
-        }
         do {
             try source.add(key, comment: comment)
+        } catch where error.status == .duplicateItem {
+            // A key hidden by ssh-add -d comes back into view, but only for a caller holding its
+            // private half: the keychain checks the pair before it finds the duplicate. Its
+            // public key alone (which a forwarded agent's far side may well know) is not enough.
+            guard let all = try? source.identities(), all.contains(where: { $0.key == key.publicKey }) else {
+                return refuse("did not add the \(key.publicKey.type.rawValue) key: \(error.message)")
+            }
         } catch {
             return refuse("did not add the \(key.publicKey.type.rawValue) key: \(error.message)\(Self.hint(for: error))")
         }

@@ -1,6 +1,7 @@
 import Foundation
 import KeychainClient
 import KeychainModel
+import KeychainProtocol
 import Testing
 
 /// `keychain ssh-agent` against a real keychaind and OpenSSH's own tools: ssh-add, ssh-keygen
@@ -243,6 +244,51 @@ final class OpenSSHAgentTests {
         #expect(try ssh("ssh-add", ["-d", pub]).status == 0)
         #expect(try ssh("ssh-add", ["-L"]).text.contains(authorizedKey(key)) == false)
         #expect(try KeychainKey.find(label: "hidden@test", connection: connection).count == 1)
+    }
+
+    /// An ADD that names a hidden key's public half with a private half that is not its own
+    /// (the far side of a forwarded agent may well know the public key) does not bring the key
+    /// back and stores nothing; the key's own private half does (docs/security.md).
+    @Test func aHiddenKeyComesBackOnlyForItsOwnPrivateHalf() throws {
+        let ed = try KeychainKey.generate(.ed25519, label: "ed-hidden", extractable: true, applicationTag: KeychainKey.sshTag,
+                                          connection: connection)
+        let p256 = try sshKey(.p256, label: "p256-hidden")
+        for key in [ed, p256] {
+            let pub = scratch + "/\(key.label).pub"
+            try (authorizedKey(key) + "\n").write(toFile: pub, atomically: true, encoding: .utf8)
+            #expect(try ssh("ssh-add", ["-d", pub]).status == 0)
+        }
+        func string(_ b: [UInt8]) -> [UInt8] { [UInt8(b.count >> 24), UInt8(b.count >> 16 & 0xff), UInt8(b.count >> 8 & 0xff), UInt8(b.count & 0xff)] + b }
+        func answerType(_ message: [UInt8]) throws -> UInt8 {
+            let s = try UnixSocket.connect(path: socketPath)
+            defer { s.close() }
+            try s.writeAll(string(message))
+            var answer = [UInt8](repeating: 0, count: 5)
+            var got = 0
+            while got < 5 {
+                let n = answer.withUnsafeMutableBytes { recv(s.fd, $0.baseAddress! + got, 5 - got, 0) }
+                guard n > 0 else { break }
+                got += n
+            }
+            return got == 5 ? answer[4] : 0
+        }
+        let forgedEd = [17] + string(bytes("ssh-ed25519")) + string(ed.publicKey)
+            + string([UInt8](repeating: 7, count: 32) + ed.publicKey) + string(bytes("forged"))
+        let forgedP256 = [17] + string(bytes("ecdsa-sha2-nistp256")) + string(bytes("nistp256")) + string(p256.publicKey)
+            + string([1]) + string(bytes("forged"))
+        #expect(try answerType(forgedEd) == 5)  // SSH_AGENT_FAILURE
+        #expect(try answerType(forgedP256) == 5)
+        let listed = try ssh("ssh-add", ["-L"]).text
+        #expect(!listed.contains(authorizedKey(ed)) && !listed.contains(authorizedKey(p256)), "\(listed)")
+        #expect(try KeychainKey.find(applicationTag: KeychainKey.sshTag, connection: connection).count == 2)
+        guard case .single(.data(let seed)) = try connection.copyMatching(["class": .string("keys"), "labl": .string("ed-hidden"),
+                                                                          "r_Data": .bool(true)]) else {
+            Issue.record("the extractable key's seed was not returned")
+            return
+        }
+        let realEd = [17] + string(bytes("ssh-ed25519")) + string(ed.publicKey) + string(Array(seed) + ed.publicKey) + string(bytes("real"))
+        #expect(try answerType(realEd) == 6)  // SSH_AGENT_SUCCESS
+        #expect(try ssh("ssh-add", ["-L"]).text.contains(authorizedKey(ed)))
     }
 
     @Test func aConstrainedAddIsRefusedAndStoresNothing() throws {
