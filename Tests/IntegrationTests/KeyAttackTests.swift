@@ -240,4 +240,41 @@ struct KeyAttackTests {
         }
         #expect(throws: KeychainError(.itemNotFound, "")) { _ = try c.copyMatching(["class": .string("cert")]) }
     }
+
+    /// The Python client, as a hostile script would use it: every return shape over a key it
+    /// imported non-extractable, and the key calls; the seed appears in no result.
+    @Test func thePythonClientGetsNoNonExtractableKeyBytes() throws {
+        let d = try RunningDaemon()
+        let clients = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("clients/python").path
+        let script = """
+            import sys, keychaind_client as k
+            c = k.Connection(sys.argv[1])
+            seed = bytes(range(100, 132))
+            c.add({"class": "keys", "kcls": 1, "type": 105, "labl": "py", "extr": 0, "v_Data": seed})
+            def has(x):
+                if isinstance(x, (bytes, bytearray)): return seed in bytes(x)
+                if isinstance(x, dict): return any(has(v) for v in x.values())
+                if isinstance(x, (list, tuple)): return any(has(v) for v in x)
+                return False
+            leaks = 0
+            for keys in [("r_Data",), ("r_Data", "r_Attributes"), ("r_Data", "r_PersistentRef"),
+                         ("r_Data", "r_Attributes", "r_PersistentRef")]:
+                for limit in [None, "m_LimitAll"]:
+                    q = {"class": "keys", "labl": "py"}
+                    for key in keys: q[key] = True
+                    if limit: q["m_Limit"] = limit
+                    try:
+                        leaks += has(c.copy_matching(q))
+                    except k.KeychainError as e:
+                        assert e.status == -50, e.status
+            leaks += has(c.key_public({"class": "keys", "labl": "py"}))
+            leaks += has(c.key_sign({"class": "keys", "labl": "py"}, {"algorithm": "algid:sign:EdDSA:message-Ed25519", "data": b"m"}))
+            print("leaks", leaks)
+            """
+        let r = try runExecutable("/usr/bin/python3", ["-c", script, d.socketPath],
+                                  environment: ["PYTHONPATH": clients, "PATH": "/usr/bin:/bin"], input: [])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.text == "leaks 0\n", "\(r.text)")
+    }
 }
