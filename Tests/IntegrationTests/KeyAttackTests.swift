@@ -3,6 +3,7 @@ import Foundation
 import KeychainClient
 import KeychainModel
 import KeychainProtocol
+import Synchronization
 import Testing
 
 /// A hostile local caller against the daemon's keys and identities (docs/security.md, "Attacks
@@ -276,5 +277,38 @@ struct KeyAttackTests {
                                   environment: ["PYTHONPATH": clients, "PATH": "/usr/bin:/bin"], input: [])
         #expect(r.status == 0, "\(r.stderr)")
         #expect(r.text == "leaks 0\n", "\(r.text)")
+    }
+
+    /// Two connections signing as fast as they can (both cores busy) while another caller reads:
+    /// each sign holds the store's lock for one signature only, so the reader's calls still
+    /// finish promptly.
+    @Test func aSignFloodOnBothCoresLeavesOtherCallersServed() throws {
+        let d = try RunningDaemon()
+        let c = KeychainConnection(socketPath: d.socketPath)
+        _ = try KeychainKey.generate(.p256, label: "busy", connection: c)
+        _ = try c.add(["class": .string("genp"), "svce": .string("s"), "acct": .string("a"), "v_Data": .data([1])])
+        let stop = Atomic<Bool>(false)
+        let signed = Atomic<Int>(0)
+        let flooders = (0..<2).map { _ in
+            Thread {
+                let own = KeychainConnection(socketPath: d.socketPath)
+                guard let key = try? KeychainKey.find(label: "busy", connection: own).first else { return }
+                while !stop.load(ordering: .relaxed) {
+                    if (try? key.sign([1, 2, 3], algorithm: .ecdsaMessageX962SHA256)) != nil { signed.add(1, ordering: .relaxed) }
+                }
+            }
+        }
+        flooders.forEach { $0.start() }
+        defer { stop.store(true, ordering: .relaxed) }
+        usleep(300_000)
+        var slowest = 0.0
+        for _ in 0..<20 {
+            let start = Date()
+            _ = try c.copyMatching(["class": .string("genp"), "svce": .string("s"), "r_Data": .bool(true)])
+            slowest = max(slowest, Date().timeIntervalSince(start))
+        }
+        stop.store(true, ordering: .relaxed)
+        #expect(signed.load(ordering: .relaxed) > 20)
+        #expect(slowest < 0.5, "the slowest read took \(slowest) s")
     }
 }
