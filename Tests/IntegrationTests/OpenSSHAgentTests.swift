@@ -267,6 +267,7 @@ final class OpenSSHAgentTests {
             var got = 0
             while got < 5 {
                 let n = answer.withUnsafeMutableBytes { recv(s.fd, $0.baseAddress! + got, 5 - got, 0) }
+                if n < 0 && errno == EINTR { continue }
                 guard n > 0 else { break }
                 got += n
             }
@@ -325,7 +326,9 @@ final class OpenSSHAgentTests {
         let frame = wireString(body)
         _ = frame.withUnsafeBytes { write(s, $0.baseAddress, $0.count) }
         var answer = [UInt8](repeating: 0, count: 64)
-        let n = read(s, &answer, answer.count)
+        var n: Int
+        // SIGCHLD from other suites' child processes interrupts the read: try again.
+        repeat { n = read(s, &answer, answer.count) } while n < 0 && errno == EINTR
         return Array(answer[0..<max(0, n)])
     }
 
