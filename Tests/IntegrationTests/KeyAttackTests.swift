@@ -166,19 +166,7 @@ struct KeyAttackTests {
     /// Another app's key by label through every key command: the answer is the one a label no
     /// one uses gets, word for word, so existence in another group is not revealed.
     @Test func anotherAppsKeyLooksExactlyLikeNoKey() throws {
-        let appA = try MultiUserTests.user("kcapp-a"), appB = try MultiUserTests.user("kcapp-b")
-        let d = try RunningDaemon(config: """
-            socket_mode = "0666"
-            admin_uids = [0]
-            [[app]]
-            id = "app.a"
-            uids = [\(appA)]
-            groups = ["a.private"]
-            [[app]]
-            id = "app.b"
-            uids = [\(appB)]
-            groups = ["b.private"]
-            """)
+        let (d, appA, appB) = try RunningDaemon.withTwoApps()
         #expect(try d.cli(["key", "generate", "--type", "x25519", "--label", "a-key"], asUser: appA).status == Exit.success)
         for command in [["key", "public", "--label"], ["key", "sign", "--label"], ["key", "delete", "--label"],
                         ["csr", "--subject", "CN=x", "--key"]] {

@@ -155,19 +155,7 @@ struct KeyTests {
     }
 
     @Test func anotherAppsKeyIsNotFound() throws {
-        let appA = try MultiUserTests.user("kcapp-a"), appB = try MultiUserTests.user("kcapp-b")
-        let d = try RunningDaemon(config: """
-            socket_mode = "0666"
-            admin_uids = [0]
-            [[app]]
-            id = "app.a"
-            uids = [\(appA)]
-            groups = ["a.private"]
-            [[app]]
-            id = "app.b"
-            uids = [\(appB)]
-            groups = ["b.private"]
-            """)
+        let (d, appA, appB) = try RunningDaemon.withTwoApps()
         #expect(try d.cli(["key", "generate", "--type", "p256", "--label", "a-key"], asUser: appA).status == Exit.success)
         #expect(try d.cli(["key", "sign", "--label", "a-key"], input: [1], asUser: appB).status == Exit.notFound)
         #expect(try d.cli(["key", "public", "--label", "a-key"], asUser: appB).status == Exit.notFound)
@@ -212,5 +200,25 @@ struct KeyTests {
     private func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
         guard needle.count <= haystack.count else { return false }
         return (0...(haystack.count - needle.count)).contains { Array(haystack[$0..<($0 + needle.count)]) == needle }
+    }
+}
+
+extension RunningDaemon {
+    /// A daemon open to two test users, each its own app with a private group (a.private, b.private).
+    static func withTwoApps() throws -> (RunningDaemon, appA: UInt32, appB: UInt32) {
+        let appA = try MultiUserTests.user("kcapp-a"), appB = try MultiUserTests.user("kcapp-b")
+        let d = try RunningDaemon(config: """
+            socket_mode = "0666"
+            admin_uids = [0]
+            [[app]]
+            id = "app.a"
+            uids = [\(appA)]
+            groups = ["a.private"]
+            [[app]]
+            id = "app.b"
+            uids = [\(appB)]
+            groups = ["b.private"]
+            """)
+        return (d, appA, appB)
     }
 }
