@@ -93,7 +93,7 @@ let package = Package(
         .target(
             name: "KeychainServer",
             dependencies: [
-                "KeychainStore", "KeychainProtocol", "KeychainCrypto", "CSystemShim", "TOML", "DBus",
+                "KeychainStore", "KeychainProtocol", "KeychainCrypto", "KeychainSync", "CSystemShim", "TOML", "DBus",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -101,7 +101,7 @@ let package = Package(
         // The SSH agent protocol over keys that stay in keychaind (docs/ssh-agent.md).
         .target(name: "SSHAgent", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainModel", "CSystemShim"]),
         // Sync through PostgreSQL (issue 18, docs/sync.md): the only target that imports CLibPQ.
-        .target(name: "KeychainSync", dependencies: ["CLibPQ", "CSystemShim", "KeychainModel"]),
+        .target(name: "KeychainSync", dependencies: ["CLibPQ", "CSystemShim", "KeychainModel", "KeychainCrypto", "KeychainStore"]),
         // KeychainCertificates for `keychain csr` only: it builds the PKCS#10 request (with
         // swift-certificates) around a signature keychaind makes; nothing else in the CLI uses it.
         .target(name: "KeychainCLI", dependencies: ["KeychainClient", "KeychainCertificates", "SSHAgent"]),
@@ -145,7 +145,7 @@ let package = Package(
         // DBus: BusConnection against a private bus.
         .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage", "KeychainStore", "DBus"]),
         // Against a throw-away PostgreSQL cluster that each test starts with scripts/pg-cluster.
-        .testTarget(name: "KeychainSyncTests", dependencies: ["KeychainSync", "KeychainModel"]),
+        .testTarget(name: "KeychainSyncTests", dependencies: ["KeychainSync", "KeychainModel", "KeychainCrypto", "KeychainStore", "KeychainStorage"]),
         .testTarget(name: "SecretServiceTests", dependencies: ["SecretService", "KeychainModel"]),
         .testTarget(name: "KeychainServerTests", dependencies: [
             "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",
