@@ -25,6 +25,11 @@ private let itemOptions: [(name: String, help: String)] = [
     ("path", "Path (internet passwords)."),
     ("access-group", "Access group (default: the caller's first group)."),
 ]
+/// `--synchronizable` is a flag: on add it makes the item synced to the sync circle; on the
+/// other commands it narrows them to synced items (without it they see both kinds).
+let synchronizableFlag: [(name: String, help: String)] = [
+    ("synchronizable", "add: sync the item to this keychain's sync circle (not with a -this-device-only class). get, update, delete, list: only synced items (default: synced and local alike)."),
+]
 private let attributeOptions: [(name: String, help: String)] = [
     ("accessible", "when-unlocked (default), after-first-unlock, always, their -this-device-only forms, when-passcode-set-this-device-only."),
     ("label", "Label."),
@@ -33,8 +38,8 @@ private let attributeOptions: [(name: String, help: String)] = [
 
 let commands: [Command] = [
     Command(spec: CommandSpec(name: "add", summary: "Add an item; the secret comes from standard input.",
-                              options: globalOptions + itemOptions + attributeOptions, flags: jsonFlag)) { c in
-        var dict = try c.itemQuery().merging(try c.itemAttributes()) { $1 }
+                              options: globalOptions + itemOptions + attributeOptions, flags: jsonFlag + synchronizableFlag)) { c in
+        var dict = try c.itemQuery(adding: true).merging(try c.itemAttributes()) { $1 }
         var secret = try SecretInput.secret()
         defer { explicit_bzero(&secret, secret.count) }
         dict["v_Data"] = .data(secret)
@@ -42,7 +47,7 @@ let commands: [Command] = [
         c.printStatusJSON()
     },
     Command(spec: CommandSpec(name: "get", summary: "Write an item's secret to standard output, exactly (--json: attributes and the secret in base64).",
-                              options: globalOptions + itemOptions, flags: jsonFlag)) { c in
+                              options: globalOptions + itemOptions, flags: jsonFlag + synchronizableFlag)) { c in
         var query = try c.itemQuery()
         query["r_Data"] = .bool(true)
         if c.json { query["r_Attributes"] = .bool(true) }
@@ -57,7 +62,7 @@ let commands: [Command] = [
     },
     Command(spec: CommandSpec(name: "update", summary: "Change matching items: a new secret from standard input, and/or attributes.",
                               options: globalOptions + itemOptions + attributeOptions + [("new-account", "Rename: the new account.")],
-                              flags: jsonFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")])) { c in
+                              flags: jsonFlag + synchronizableFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")])) { c in
         let query = try c.itemQuery()
         var changes = try c.itemAttributes()
         if let v = c.arguments["new-account"] { changes["acct"] = .string(v) }
@@ -74,12 +79,12 @@ let commands: [Command] = [
         c.printStatusJSON()
     },
     Command(spec: CommandSpec(name: "delete", summary: "Delete every matching item.",
-                              options: globalOptions + itemOptions, flags: jsonFlag)) { c in
+                              options: globalOptions + itemOptions, flags: jsonFlag + synchronizableFlag)) { c in
         try c.connection().delete(try c.itemQuery())
         c.printStatusJSON()
     },
     Command(spec: CommandSpec(name: "list", summary: "List matching items' attributes (never secrets).",
-                              options: globalOptions + itemOptions, flags: jsonFlag)) { c in
+                              options: globalOptions + itemOptions, flags: jsonFlag + synchronizableFlag)) { c in
         try ListCommand.run(c)
     },
     Command(spec: CommandSpec(name: "status", summary: "Show keychaind's version, lock state and passcode state.",

@@ -51,8 +51,11 @@ struct Context {
 
     // MARK: item naming
 
-    /// The query naming the items: class, service/account, internet fields, access group.
-    func itemQuery() throws(UsageError) -> AttributeDictionary {
+    /// The query naming the items: class, service/account, internet fields, access group, and
+    /// sync: 1 with --synchronizable, else (searches only) either kind. SecItem's own rule,
+    /// "no sync means local items only", would make a synced item invisible to a plain
+    /// `keychain get` on the device it arrived on.
+    func itemQuery(adding: Bool = false) throws(UsageError) -> AttributeDictionary {
         let a = arguments
         let internet = try a.choice("class", ["generic-password", "internet-password"]) == "internet-password"
         let inetOnly = ["server", "protocol", "port", "path"].filter { a[$0] != nil }
@@ -70,6 +73,11 @@ struct Context {
         if let v = try a.integer("port", in: 0...65535) { q["port"] = .int(Int64(v)) }
         if let v = a["path"] { q["path"] = .string(v) }
         if let v = a["access-group"] { q["agrp"] = .string(v) }
+        if a.has("synchronizable") {
+            q["sync"] = .int(1)
+        } else if !adding {
+            q["sync"] = .string("syna")
+        }
         return q
     }
 

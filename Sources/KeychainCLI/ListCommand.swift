@@ -14,7 +14,7 @@ enum ListCommand {
         let header = ["SERVICE", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
         let table = rows.map { a -> [String] in
             [text(a[c.isInternetPassword ? "srvr" : "svce"]), text(a["acct"]), text(a["agrp"]),
-             Accessible.name(ofPdmn: text(a["pdmn"])), text(a["labl"]), text(a["mdat"])]
+             Accessible.name(ofPdmn: text(a["pdmn"])) + (a["sync"] == .int(1) ? " (synced)" : ""), text(a["labl"]), text(a["mdat"])]
         }
         let widths = header.indices.map { i in ([header[i]] + table.map { $0[i] }).map(\.count).max()! }
         for row in [header] + table {
