@@ -1,0 +1,245 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+
+/// Access to the local store for the membership calls, taken once per step: the daemon's
+/// version takes the store's lock for each and never across a PostgreSQL statement (read the
+/// store, release, talk to the database, then write the store). An ItemStore used alone (a
+/// test, the loop's own thread with its own lock) runs the body directly.
+public protocol SyncLocalStore {
+    func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T
+}
+
+extension ItemStore: SyncLocalStore {
+    public func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T { try body(self) }
+}
+
+/// The local circle row's states that membership sets (the loop adds its own).
+public enum SyncCircleState {
+    /// Joined, waiting for a member to approve this device and wrap it the key.
+    public static let pending = "pending"
+    /// Holds the circle key of the roster's epoch.
+    public static let member = "member"
+    /// The store's roster disagrees with the verified local copy: nothing more is applied.
+    public static let forked = "forked"
+}
+
+/// What `keychain sync status` shows. Never a key: fingerprints, counts and states only.
+public struct SyncStatusReport: Sendable, Equatable {
+    /// off (no circle), waitingForUnlock (ck not loaded yet), or the circle row's state.
+    public var state: String
+    public var circleFingerprint: SyncFingerprint?
+    public var deviceFingerprint: SyncFingerprint?
+    public var epoch: UInt32
+    public var members: Int
+    public var outbox: Int
+}
+
+/// One device of `keychain sync devices`.
+public struct SyncDeviceListing: Sendable, Equatable {
+    public var id: SyncDeviceID
+    public var fingerprint: SyncFingerprint
+    /// As the device named itself in its self-signed request; empty when it has none.
+    public var name: String
+    public var isMember: Bool
+}
+
+/// What a refresh did.
+public enum SyncRefreshOutcome: Sendable, Equatable {
+    case notInCircle
+    /// The roster was verified (possibly longer now); nothing else changed.
+    case verified
+    /// This pending device found its wrapped key and is a member now.
+    case becameMember
+    /// The store's roster disagrees with the local copy; the state is now forked.
+    case forked(String)
+}
+
+/// Create, join, approve, refresh, status and devices (docs/sync.md, section 3): the logic
+/// over a local store and a PostgreSQL database. Each call verifies what it reads from the
+/// database with the crypto of slice 1 before it writes anything locally.
+public enum SyncMembership {
+    /// Founds a circle: the identity if needed, a random circle id, CCK(1), entry 0, the rows.
+    /// Returns the circle's fingerprint (what joining devices type) and this device's.
+    public static func create(name: String, store: some SyncLocalStore,
+                              database: SyncDatabase) throws(KeychainError) -> (circle: SyncFingerprint, device: SyncFingerprint) {
+        try checkName(name)
+        let identity = try store.withStore { (s) throws(KeychainError) -> SyncDeviceIdentity in
+            if try s.syncCircle() != nil { throw alreadyInCircle }
+            return try s.syncIdentityMakingIfNeeded()
+        }
+        let circleID = SyncCircleID.random()
+        let founder = try SyncJoinRequest.signed(by: identity, circleID: circleID, name: name)
+        let roster = SyncRoster.found(circleID: circleID, by: identity, time: now())
+        let key = SyncCircleKey.random(circleID: circleID, epoch: roster.epoch)
+        try database.createSchema()
+        try database.createCircle(roster, founder: founder)
+        try store.withStore { (s) throws(KeychainError) in
+            try s.syncEnter(roster: roster, state: SyncCircleState.member, circleKey: key)
+        }
+        return (roster.circleFingerprint, identity.keys.fingerprint)
+    }
+
+    /// Joins the circle whose entry 0 gives exactly `circle`: checked before anything is
+    /// written, here or in the database, so a look-alike circle run by the database's operator
+    /// gets nothing. Inserts this device as pending; returns its own fingerprint, which a
+    /// member types to approve it.
+    public static func join(circle fingerprint: SyncFingerprint, name: String, store: some SyncLocalStore,
+                            database: SyncDatabase) throws(KeychainError) -> SyncFingerprint {
+        try checkName(name)
+        try store.withStore { (s) throws(KeychainError) in
+            if let circle = try s.syncCircle(), circle.state != SyncCircleState.pending { throw alreadyInCircle }
+        }
+        let tables = try database.connection.query("SELECT to_regclass('sync_roster') IS NOT NULL")
+        let founding = tables.rows.first?.first?.bool == true ? try database.foundingEntries() : []
+        guard let entry0 = founding.first(where: { signed in
+            (try? SyncRoster(verifying: [signed]))?.circleFingerprint == fingerprint
+        }) else {
+            throw KeychainError(.itemNotFound, "no circle in the sync database has the fingerprint \(fingerprint): check the digits on a member (`keychain sync status`)")
+        }
+        let roster = try SyncRoster(verifying: try database.roster(circleID: entry0.entry.circleID))
+        guard roster.entries[0] == entry0 else {
+            throw KeychainError(.decode, "the circle's founding entry changed while it was read")
+        }
+        let identity = try store.withStore { (s) throws(KeychainError) in try s.syncIdentityMakingIfNeeded() }
+        guard roster.members[identity.id] == nil else {
+            throw KeychainError(.duplicateItem, "this device is a member of that circle already")
+        }
+        try database.requestToJoin(try SyncJoinRequest.signed(by: identity, circleID: roster.circleID, name: name))
+        try store.withStore { (s) throws(KeychainError) in
+            try s.syncEnter(roster: roster, state: SyncCircleState.pending, circleKey: nil)
+        }
+        return identity.keys.fingerprint
+    }
+
+    /// Approves the one pending device whose keys give exactly `device` (none:
+    /// errSecItemNotFound): an `add` entry and CCK(e) wrapped to it, in one transaction.
+    @discardableResult
+    public static func approve(device fingerprint: SyncFingerprint, store: some SyncLocalStore,
+                               database: SyncDatabase) throws(KeychainError) -> SyncDeviceListing {
+        if case .forked(let why) = try refresh(store: store, database: database) {
+            throw KeychainError(.decode, "sync is stopped: \(why)")
+        }
+        let (identity, roster, key) = try store.withStore { (s) throws(KeychainError) in
+            guard let roster = try s.syncRoster(), let identity = try s.syncIdentity() else { throw notInCircle }
+            guard roster.members[identity.id] != nil, let key = try s.syncCircleKey(epoch: roster.epoch) else {
+                throw KeychainError(.notAvailable, "this device is not yet a member of its circle: a member must approve it first")
+            }
+            return (identity, roster, key)
+        }
+        let requests = try database.joinRequests(circleID: roster.circleID)
+            .filter { $0.isSigned(by: fingerprint, for: roster.circleID) }
+        if requests.contains(where: { roster.members[$0.device.id] != nil }) {
+            throw KeychainError(.duplicateItem, "the device \(fingerprint) is a member already")
+        }
+        guard let request = requests.first else {
+            throw KeychainError(.itemNotFound, "no device waiting to join has the fingerprint \(fingerprint): check the digits on its screen")
+        }
+        let entry = try roster.signing(.add, subject: request.device, by: identity, time: now())
+        let wrap = try SyncWrappedKey.wrap(key, to: request.device, by: identity)
+        try database.append(entry, wrapping: wrap)
+        var next = roster
+        try next.append(entry)
+        try store.withStore { (s) throws(KeychainError) in
+            try s.syncRefreshed(roster: next, state: try s.syncCircle()?.state ?? SyncCircleState.member, circleKey: nil)
+        }
+        return SyncDeviceListing(id: request.device.id, fingerprint: request.device.fingerprint, name: request.name, isMember: true)
+    }
+
+    /// Reads the roster entries past the local copy, verifies them against it and stores
+    /// them; a pending device that finds its wrapped key unwraps it, seals it under CK[ck] and
+    /// becomes a member. A roster that disagrees with the local copy leaves the state forked
+    /// and applies nothing. The loop's pass runs this first.
+    @discardableResult
+    public static func refresh(store: some SyncLocalStore, database: SyncDatabase) throws(KeychainError) -> SyncRefreshOutcome {
+        let local = try store.withStore { (s) throws(KeychainError) in (try s.syncCircle(), try s.syncRoster()) }
+        guard let circle = local.0, let roster = local.1 else { return .notInCircle }
+        if circle.state == SyncCircleState.forked {
+            return .forked("the sync database's roster disagrees with the one this device verified")
+        }
+        var next = roster
+        do throws(KeychainError) {
+            try next.extend(with: try database.roster(circleID: roster.circleID))
+        } catch where error.status == .decode {
+            try store.withStore { (s) throws(KeychainError) in try s.setSyncState(SyncCircleState.forked) }
+            return .forked(error.message)
+        }
+        var state = circle.state
+        var key: SyncCircleKey?
+        var unwrapFailure: KeychainError?
+        if state == SyncCircleState.pending {
+            let identity = try store.withStore { (s) throws(KeychainError) in try s.syncIdentity() }
+            if let identity, next.members[identity.id] != nil,
+               let wrap = try database.wrappedKey(circleID: next.circleID, epoch: next.epoch, device: identity.id) {
+                do throws(KeychainError) {
+                    key = try wrap.unwrap(as: identity, roster: next)
+                    state = SyncCircleState.member
+                } catch {
+                    unwrapFailure = error
+                }
+            }
+        }
+        try store.withStore { (s) throws(KeychainError) in try s.syncRefreshed(roster: next, state: state, circleKey: key) }
+        if let unwrapFailure {
+            throw KeychainError(unwrapFailure.status, "the circle key wrapped to this device was refused: \(unwrapFailure.message)")
+        }
+        return key != nil ? .becameMember : .verified
+    }
+
+    /// This device's view, from the local store alone (no network).
+    public static func status(store: some SyncLocalStore) throws(KeychainError) -> SyncStatusReport {
+        try store.withStore { (s) throws(KeychainError) in
+            let keys = try s.syncDeviceKeys()
+            let outbox = try s.syncOutboxCount()
+            guard let circle = try s.syncCircle(), let roster = try s.syncRoster() else {
+                return SyncStatusReport(state: "off", circleFingerprint: nil, deviceFingerprint: keys?.fingerprint,
+                                        epoch: 0, members: 0, outbox: outbox)
+            }
+            let state = s.isAvailable(.afterFirstUnlock) ? circle.state : "waitingForUnlock"
+            return SyncStatusReport(state: state, circleFingerprint: roster.circleFingerprint, deviceFingerprint: keys?.fingerprint,
+                                    epoch: roster.epoch, members: roster.members.count, outbox: outbox)
+        }
+    }
+
+    /// The circle's members (in roster order) and the devices waiting to join, with the names
+    /// their self-signed requests give. Requests whose signature does not verify are left out.
+    public static func devices(store: some SyncLocalStore, database: SyncDatabase) throws(KeychainError) -> [SyncDeviceListing] {
+        _ = try refresh(store: store, database: database)
+        guard let roster = try store.withStore({ (s) throws(KeychainError) in try s.syncRoster() }) else { throw notInCircle }
+        let requests = try database.joinRequests(circleID: roster.circleID)
+            .filter { $0.isSigned(by: $0.device.fingerprint, for: roster.circleID) }
+        var names: [SyncDeviceID: String] = [:]
+        for request in requests { names[request.device.id] = request.name }
+        var out: [SyncDeviceListing] = []
+        var listed = Set<SyncDeviceID>()
+        for signed in roster.entries {
+            let keys = signed.entry.subject
+            guard let member = roster.members[keys.id], member == keys, listed.insert(keys.id).inserted else { continue }
+            out.append(SyncDeviceListing(id: keys.id, fingerprint: keys.fingerprint, name: names[keys.id] ?? "", isMember: true))
+        }
+        for request in requests.sorted(by: { $0.device.id < $1.device.id }) where listed.insert(request.device.id).inserted {
+            out.append(SyncDeviceListing(id: request.device.id, fingerprint: request.device.fingerprint, name: request.name,
+                                         isMember: false))
+        }
+        return out
+    }
+
+    private static func checkName(_ name: String) throws(KeychainError) {
+        guard name.utf8.count <= SyncJoinRequest.maxNameBytes else {
+            throw KeychainError.param("a device name is at most \(SyncJoinRequest.maxNameBytes) bytes of UTF-8")
+        }
+    }
+
+    private static let alreadyInCircle = KeychainError(.duplicateItem, "this keychain is in a sync circle already")
+    private static let notInCircle = KeychainError(.notAvailable, "this keychain is in no sync circle: `keychain sync create` or `keychain sync join`")
+
+    /// Milliseconds since 2001, the roster's (informative) time.
+    static func now() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return (Int64(ts.tv_sec) - 978_307_200) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+}
