@@ -54,6 +54,21 @@ public enum Request: Sendable, Equatable {
     case keyEncrypt(query: AttributeDictionary, parameters: AttributeDictionary)
     /// Decryption with the private key: `algorithm`, `data` (the ciphertext).
     case keyDecrypt(query: AttributeDictionary, parameters: AttributeDictionary)
+    /// This device's sync state (docs/sync.md, 7.4): fingerprints, epoch, counts; never a key.
+    case syncStatus
+    /// Founds a circle in the configured database; `name` is this device's, for people.
+    case syncCreate(name: String)
+    /// Asks to join the circle whose fingerprint is `circle` (32 digits, spaces allowed).
+    case syncJoin(circle: String, name: String)
+    /// Approves the waiting device whose fingerprint is `device`.
+    case syncApprove(device: String)
+    /// The circle's members and the devices waiting to join.
+    case syncDevices
+
+    /// The longest fingerprint text accepted (32 digits with spaces between groups, and some slack).
+    public static let maxFingerprintTextBytes = 128
+    /// A device name: at most 64 bytes of UTF-8 (docs/sync.md, section 3).
+    public static let maxDeviceNameBytes = 64
 
     /// The largest piece of a backup file moved in one call.
     public static let chunkBytes = 512 << 10
@@ -67,6 +82,8 @@ public enum Request: Sendable, Equatable {
         case asCaller = 16, attributeSearch = 17, attributeAdd = 18, portalSecret = 19
         case keyGenerate = 24, keyPublic = 25, keySign = 26, keyVerify = 27, keyAgree = 28
         case keyEncrypt = 29, keyDecrypt = 30
+        // 32-39: sync (issue 18); 36 remove, 38 leave, 39 now are not built yet.
+        case syncStatus = 32, syncCreate = 33, syncJoin = 34, syncApprove = 35, syncDevices = 37
     }
 
     public var operation: Operation {
@@ -97,6 +114,11 @@ public enum Request: Sendable, Equatable {
         case .keyAgree: .keyAgree
         case .keyEncrypt: .keyEncrypt
         case .keyDecrypt: .keyDecrypt
+        case .syncStatus: .syncStatus
+        case .syncCreate: .syncCreate
+        case .syncJoin: .syncJoin
+        case .syncApprove: .syncApprove
+        case .syncDevices: .syncDevices
         }
     }
 
@@ -105,6 +127,7 @@ public enum Request: Sendable, Equatable {
         switch self {
         case .lock, .unlock, .setPasscode, .changePasscode, .removePasscode,
              .backupBegin, .backupRead, .restoreBegin, .restoreWrite, .restoreCommit: true
+        case .syncCreate, .syncJoin, .syncApprove: true
         case .asCaller(_, _, let inner): inner.isAdministrative
         default: false
         }
@@ -118,6 +141,14 @@ public enum Request: Sendable, Equatable {
         case .keyGenerate, .keyPublic, .keySign, .keyVerify, .keyAgree: true
         case .asCaller(_, _, let inner): inner.needsAccessGroups
         case .keyEncrypt, .keyDecrypt: true
+        default: false
+        }
+    }
+
+    /// The sync calls: they talk to PostgreSQL, so they never run under the store's lock.
+    public var isSync: Bool {
+        switch self {
+        case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices: true
         default: false
         }
     }
@@ -199,8 +230,15 @@ public enum WireCodec {
              .keyEncrypt(let q, let c), .keyDecrypt(let q, let c):
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
-        case .status, .lock:
+        case .status, .lock, .syncStatus, .syncDevices:
             break
+        case .syncCreate(let name):
+            w.lengthPrefixed(name.utf8)
+        case .syncJoin(let circle, let name):
+            w.lengthPrefixed(circle.utf8)
+            w.lengthPrefixed(name.utf8)
+        case .syncApprove(let device):
+            w.lengthPrefixed(device.utf8)
         case .unlock(let p), .setPasscode(let p), .removePasscode(let p):
             w.lengthPrefixed(p)
         case .changePasscode(let old, let new):
@@ -328,8 +366,29 @@ public enum WireCodec {
                 throw KeychainError(.param, "an app id is 1 to 255 bytes of A-Z, a-z, 0-9, ., _ and -")
             }
             request = .portalSecret(appID: appID)
+        case .syncStatus: request = .syncStatus
+        case .syncDevices: request = .syncDevices
+        case .syncCreate: request = .syncCreate(name: try deviceName(&r))
+        case .syncJoin:
+            let circle = try fingerprintText(&r)
+            request = .syncJoin(circle: circle, name: try deviceName(&r))
+        case .syncApprove: request = .syncApprove(device: try fingerprintText(&r))
         }
         return request
+    }
+
+    private static func deviceName(_ r: inout ByteReader) throws(KeychainError) -> String {
+        guard let name = String(validating: try r.lengthPrefixedArray(max: Request.maxDeviceNameBytes), as: UTF8.self) else {
+            throw KeychainError(.param, "a device name is at most \(Request.maxDeviceNameBytes) bytes of UTF-8")
+        }
+        return name
+    }
+
+    private static func fingerprintText(_ r: inout ByteReader) throws(KeychainError) -> String {
+        guard let text = String(validating: try r.lengthPrefixedArray(max: Request.maxFingerprintTextBytes), as: UTF8.self) else {
+            throw KeychainError(.param, "a fingerprint is 32 digits")
+        }
+        return text
     }
 
     private static func passcode(_ r: inout ByteReader) throws(KeychainError) -> SecretBytes {

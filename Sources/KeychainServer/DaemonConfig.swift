@@ -38,6 +38,9 @@ public struct DaemonConfig: Sendable, Equatable {
     public var bridgeExecutables: [String]?
     /// Programs the bridge may fetch portal secrets for; nil: the built-in list.
     public var portalExecutables: [String]?
+    /// `[sync] database`: a libpq conninfo, checked when the file is read (SyncDatabaseSetting);
+    /// nil: sync is off and its calls answer errSecNotAvailable.
+    public var syncDatabase: String?
 
     public init() {}
 
@@ -82,9 +85,25 @@ public struct DaemonConfig: Sendable, Equatable {
                 }
             case ("app", _):
                 throw ParseError(line: n, message: "app must be a list of [[app]] tables")
+            case ("sync", .table(let settings)):
+                for setting in settings.entries {
+                    let line = setting.keyPosition.line
+                    guard setting.key == "database" else {
+                        throw ParseError(line: line, message: "unknown key \(setting.key) in [sync] (database)")
+                    }
+                    guard case .string(let conninfo) = setting.value.kind, !conninfo.isEmpty else {
+                        throw ParseError(line: line, message: "database in [sync] must be a non-empty libpq conninfo string")
+                    }
+                    do throws(KeychainError) {
+                        try SyncDatabaseSetting.check(conninfo)
+                    } catch {
+                        throw ParseError(line: line, message: error.message)
+                    }
+                    config.syncDatabase = conninfo
+                }
             case (_, .table):
                 throw ParseError(line: entry.value.position.line,
-                                 message: "unknown section [\(entry.key)]; the only section is [[app]]")
+                                 message: "unknown section [\(entry.key)]; the sections are [[app]] and [sync]")
             default:
                 try config.apply(entry.key, entry.value, line: n)
             }
@@ -264,6 +283,7 @@ public struct DaemonConfig: Sendable, Equatable {
         server.policy = accessPolicy(source: source)
         server.auditLogPath = auditLogPath
         server.auditIncludeNames = auditIncludeNames
+        server.syncDatabase = syncDatabase
         server.lockPolicy.gracePeriod = Double(lockGraceSeconds)
         server.lockPolicy.autoLockAfter = Double(autoLockSeconds)
         server.lockPolicy.eraseAfterFailures = eraseAfterFailures

@@ -76,6 +76,18 @@ final class RequestHandler {
         }
     }
 
+    /// For a call that runs outside the handler (sync): the refusal it gets, or nil when the
+    /// caller may make it. Counts as activity, like any call.
+    func refusal(of request: Request, from caller: Caller, policy: AccessPolicy) -> Response? {
+        noteActivity()
+        do throws(KeychainError) {
+            _ = try authorize(request, caller: caller, policy: policy)
+            return nil
+        } catch {
+            return Response(error: error)
+        }
+    }
+
     /// Installs what a derivation produced: the keybag change (counted as a right or wrong
     /// passcode), the sealed backup, the restored items.
     func finish(_ derivation: Derivation, _ outcome: Result<Derivation.Output, KeychainError>, from caller: Caller) -> Response {
@@ -233,6 +245,8 @@ final class RequestHandler {
             throw KeychainError(.internal, "asCaller reached the store: the server unwraps it")
         case .setPasscode, .changePasscode, .removePasscode, .backupBegin, .restoreCommit:
             throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
+        case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices:
+            throw KeychainError(.internal, "\(request.operation) talks to PostgreSQL: it runs outside the handler")
         }
         return Response()
     }

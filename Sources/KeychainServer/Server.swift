@@ -28,6 +28,8 @@ public struct ServerConfiguration: Sendable {
     /// The audit log (a file of JSON lines), if any.
     public var auditLogPath: String?
     public var auditIncludeNames = false
+    /// `[sync] database`: the libpq conninfo of the sync database (checked at load); nil: no sync.
+    public var syncDatabase: String?
 
     public init(socketPath: String, store: StoreConfiguration) {
         self.socketPath = socketPath
@@ -105,7 +107,7 @@ public final class KeychainServer: LifecycleService, Sendable {
         }
         let lockedAtStart = store.hasPasscode  // read before the store is handed to the executor's lock
         executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
-                                     audit: audit, log: { log.notice("\($0)") })
+                                     audit: audit, syncDatabase: configuration.syncDatabase, log: { log.notice("\($0)") })
         logger.info("keychaind ready", metadata: [
             "socket": "\(configuration.socketPath)\(handed == nil ? "" : " (from the service manager)")", "state": "\(configuration.store.stateDirectory)",
             "lock": "\(lockedAtStart ? "lockedSinceBoot" : "unlocked")",

@@ -2,6 +2,7 @@ import Foundation
 import KeychainModel
 import KeychainProtocol
 import KeychainStore
+import KeychainSync
 import Synchronization
 
 /// The one owner of the store. A request runs on its connection's own thread while holding
@@ -66,13 +67,17 @@ final class StoreExecutor: Sendable {
     /// busy is kept, not lost.
     private let timerWake = DispatchSemaphore(value: 0)
 
+    /// The sync membership calls, which talk to PostgreSQL between short holds of the lock.
+    private let sync: SyncCalls
+
     /// Whether any application is told apart by its executable. Only then does each request
     /// re-check its process's executable: otherwise the executable grants nothing, and the
     /// check would cost every call a system call for no promise.
     var identifiesByExecutable: Bool { executablesMatter.load(ordering: .relaxed) }
 
     init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
-         log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
+         syncDatabase: String? = nil, log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
+        sync = SyncCalls(database: syncDatabase)
         let reader = itemStore.splitReader
         store = PthreadMutex(Store(handler: try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)))
         settings = PthreadMutex(Settings(policy: policy, audit: audit, reader: reader))
@@ -138,6 +143,14 @@ final class StoreExecutor: Sendable {
         if case .copyMatching(let query) = request {
             guard let reader else { return Self.stopping }
             return search(query, from: caller, request: request, policy: policy, reader: reader, emit: emit)
+        }
+        if request.isSync {
+            let refusal = store.withLock { (store) -> Response? in
+                guard let handler = store.handler else { return Self.stopping }
+                return handler.refusal(of: request, from: caller, policy: policy)
+            }
+            if let refusal { return refusal }
+            return sync.run(request, store: LockedStore(executor: self))
         }
         if request.derivesKey {
             let response = deriving(request, from: caller, policy: policy)
@@ -279,6 +292,19 @@ final class StoreExecutor: Sendable {
             pendingBytes += size
         }
         return Response(result: .list(pending))
+    }
+
+    /// The store as the sync calls see it: each step takes the store's lock and releases it,
+    /// so no PostgreSQL statement ever runs under it.
+    private struct LockedStore: SyncLocalStore {
+        let executor: StoreExecutor
+
+        func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T {
+            try executor.store.withLock { (store) throws(KeychainError) -> T in
+                guard let handler = store.handler else { throw StoreExecutor.stoppingError }
+                return try body(handler.store)
+            }
+        }
     }
 
     private func locked(_ body: (RequestHandler) -> Response) -> Response {

@@ -518,3 +518,26 @@ private func lastMessage(of conn: OpaquePointer) -> String {
 private extension Substring {
     func trimmingPrefixSpaces() -> Substring { drop(while: { $0 == " " || $0 == "\t" }) }
 }
+
+extension PostgresConnection {
+    /// The keywords a connection string sets and their values, as libpq itself parses it, so
+    /// that the daemon's config check reads the string exactly as the connect will. Callers
+    /// must never show the value of `password`. errSecParam (the string not repeated) for one
+    /// libpq cannot parse.
+    public static func settings(of connectionString: String) throws(KeychainError) -> [String: String] {
+        var parseError: UnsafeMutablePointer<CChar>?
+        guard let options = PQconninfoParse(connectionString, &parseError) else {
+            if let parseError { PQfreemem(parseError) }
+            throw KeychainError(.param, "the PostgreSQL connection string is not valid (libpq conninfo or postgresql:// URI); it is not repeated here, as it may hold a password",
+                                underlying: PostgresFailure(.badConnectionString))
+        }
+        defer { PQconninfoFree(options) }
+        var out: [String: String] = [:]
+        var option = options
+        while let keyword = option.pointee.keyword {
+            if let value = option.pointee.val { out[String(cString: keyword)] = String(cString: value) }
+            option += 1
+        }
+        return out
+    }
+}

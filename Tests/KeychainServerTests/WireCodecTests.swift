@@ -21,7 +21,18 @@ struct WireCodecTests {
         .attributeSearch(collection: "session_2", exact: true, pairs: try! SecretServiceAttributes([:])),
         .attributeAdd(["class": .string("genp"), "xsat": .data([0, 0, 0, 0])], replace: true),
         .portalSecret(appID: "org.example.App"),
+        .syncStatus, .syncDevices, .syncCreate(name: "laptop"),
+        .syncJoin(circle: "0421 7730 9912 0000 1111 2222 3333 4444", name: "desk"),
+        .syncApprove(device: String(repeating: "7", count: 32)),
     ]
+
+    @Test func aSyncDeviceNameOrFingerprintTextPastItsLimitIsRefused() {
+        for request in [Request.syncCreate(name: String(repeating: "n", count: 65)),
+                        .syncJoin(circle: "1", name: String(repeating: "é", count: 33)),
+                        .syncApprove(device: String(repeating: "1", count: 129))] {
+            #expect(throws: KeychainError(.param, "")) { try WireCodec.decodeRequest(WireCodec.encode(request)) }
+        }
+    }
 
     @Test func anAsCallerInsideAnAsCallerIsRefused() {
         let nested = Request.asCaller(pid: 1, startTime: 2, inner: .asCaller(pid: 3, startTime: 4, inner: .status))
