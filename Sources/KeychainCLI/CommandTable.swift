@@ -146,7 +146,7 @@ let commands: [Command] = [
         try c.connection().removePasscode(current: current)
         c.printStatusJSON()
     },
-] + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands
+] + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands + SyncCommands.commands
 
 extension String {
     var trimmingQuotes: String {

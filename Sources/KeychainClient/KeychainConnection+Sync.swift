@@ -1,0 +1,95 @@
+import KeychainModel
+import KeychainProtocol
+
+/// This device's sync state, as `keychain sync status` shows it (docs/sync.md, 7.4).
+public struct SyncStatus: Sendable, Equatable {
+    /// off, waitingForUnlock, pending, member or forked.
+    public var state: String
+    /// The 32 digits a joining device types; nil outside a circle.
+    public var circleFingerprint: String?
+    /// The 32 digits a member types to approve this device; nil before its identity exists.
+    public var deviceFingerprint: String?
+    public var epoch: Int
+    public var members: Int
+    /// Local changes waiting to be pushed.
+    public var outbox: Int
+    public var lastError: String?
+}
+
+/// What founding or joining answered: the circle's fingerprint and this device's.
+public struct SyncFingerprints: Sendable, Equatable {
+    public var circle: String
+    public var device: String
+}
+
+/// One device of the circle, a member or waiting to join.
+public struct SyncDevice: Sendable, Equatable {
+    /// 32 lowercase hex digits.
+    public var id: String
+    public var fingerprint: String
+    public var name: String
+    public var isMember: Bool
+}
+
+extension KeychainConnection {
+    public func syncStatus() throws(KeychainError) -> SyncStatus {
+        let a = try Self.attributes(try call(.syncStatus), "sync status")
+        return SyncStatus(state: a["state"]?.stringValue ?? "", circleFingerprint: a["circle"]?.stringValue,
+                          deviceFingerprint: a["device"]?.stringValue, epoch: a["epoch"]?.syncInt ?? 0,
+                          members: a["members"]?.syncInt ?? 0, outbox: a["outbox"]?.syncInt ?? 0,
+                          lastError: a["last_error"]?.stringValue)
+    }
+
+    /// Founds a circle in the daemon's configured database (admin). `name` names this device
+    /// to people (at most 64 bytes).
+    public func syncCreate(name: String) throws(KeychainError) -> SyncFingerprints {
+        let a = try Self.attributes(try call(.syncCreate(name: name)), "sync create")
+        return SyncFingerprints(circle: a["circle"]?.stringValue ?? "", device: a["device"]?.stringValue ?? "")
+    }
+
+    /// Asks to join the circle with fingerprint `circle` (admin); the answer's device
+    /// fingerprint is what a member then approves.
+    public func syncJoin(circle: String, name: String) throws(KeychainError) -> SyncFingerprints {
+        let a = try Self.attributes(try call(.syncJoin(circle: circle, name: name)), "sync join")
+        return SyncFingerprints(circle: a["circle"]?.stringValue ?? "", device: a["device"]?.stringValue ?? "")
+    }
+
+    /// Approves the waiting device whose fingerprint is `device` (admin).
+    public func syncApprove(device: String) throws(KeychainError) -> SyncDevice {
+        Self.device(try Self.attributes(try call(.syncApprove(device: device)), "sync approve"))
+    }
+
+    public func syncDevices() throws(KeychainError) -> [SyncDevice] {
+        guard case .list(let items) = try call(.syncDevices).result else {
+            throw KeychainError(.decode, "keychaind's sync devices answer has an unexpected shape")
+        }
+        return items.compactMap { if case .attributes(let a) = $0 { Self.device(a) } else { nil } }
+    }
+
+    private static func attributes(_ response: Response, _ what: String) throws(KeychainError) -> AttributeDictionary {
+        guard case .single(.attributes(let a)) = response.result else {
+            throw KeychainError(.decode, "keychaind's \(what) answer has an unexpected shape")
+        }
+        return a
+    }
+
+    private static func device(_ a: AttributeDictionary) -> SyncDevice {
+        SyncDevice(id: a["id"]?.stringValue ?? "", fingerprint: a["fingerprint"]?.stringValue ?? "",
+                   name: a["name"]?.stringValue ?? "", isMember: a["member"]?.syncBool ?? false)
+    }
+}
+
+extension Keychain {
+    public func syncStatus() throws(KeychainError) -> SyncStatus { try connection.syncStatus() }
+    public func syncCreate(name: String) throws(KeychainError) -> SyncFingerprints { try connection.syncCreate(name: name) }
+    public func syncJoin(circle: String, name: String) throws(KeychainError) -> SyncFingerprints {
+        try connection.syncJoin(circle: circle, name: name)
+    }
+    public func syncApprove(device: String) throws(KeychainError) -> SyncDevice { try connection.syncApprove(device: device) }
+    public func syncDevices() throws(KeychainError) -> [SyncDevice] { try connection.syncDevices() }
+}
+
+private extension AttributeValue {
+    var syncInt: Int? { if case .int(let i) = self { Int(i) } else { nil } }
+    var syncBool: Bool? { if case .bool(let b) = self { b } else { nil } }
+}
