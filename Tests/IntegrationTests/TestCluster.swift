@@ -1,0 +1,1 @@
+../KeychainSyncTests/TestCluster.swift
