@@ -34,8 +34,8 @@ struct Context {
                                          ("message", JSON.quote(error.message))]))
             }
             Output.error("keychain: \(error.message) [\(error.status)]")
-            // Backup and restore messages say what to do themselves; the item hints would mislead.
-            if !["backup", "restore"].contains(arguments.spec.name), let hint = ExitStatus.hint(for: error.status) {
+            // Backup, restore and sync messages say what to do themselves; the item hints would mislead.
+            if !["backup", "restore"].contains(arguments.spec.name), !arguments.spec.name.hasPrefix("sync "), let hint = ExitStatus.hint(for: error.status) {
                 Output.error("hint: \(hint)")
             }
             return ExitStatus.code(for: error.status)

@@ -90,8 +90,11 @@ public enum SyncMembership {
     public static func join(circle fingerprint: SyncFingerprint, name: String, store: some SyncLocalStore,
                             database: SyncDatabase) throws(KeychainError) -> SyncFingerprint {
         try checkName(name)
-        try store.withStore { (s) throws(KeychainError) in
-            if let circle = try s.syncCircle(), circle.state != SyncCircleState.pending { throw alreadyInCircle }
+        // A pending device may join again (its request is replaced), but only the same circle.
+        let pendingIn = try store.withStore { (s) throws(KeychainError) -> [UInt8]? in
+            guard let circle = try s.syncCircle() else { return nil }
+            guard circle.state == SyncCircleState.pending else { throw alreadyInCircle }
+            return circle.circleID
         }
         let tables = try database.connection.query("SELECT to_regclass('sync_roster') IS NOT NULL")
         let founding = tables.rows.first?.first?.bool == true ? try database.foundingEntries() : []
@@ -100,6 +103,7 @@ public enum SyncMembership {
         }) else {
             throw KeychainError(.itemNotFound, "no circle in the sync database has the fingerprint \(fingerprint): check the digits on a member (`keychain sync status`)")
         }
+        if let pendingIn, pendingIn != entry0.entry.circleID.bytes { throw alreadyInCircle }
         let roster = try SyncRoster(verifying: try database.roster(circleID: entry0.entry.circleID))
         guard roster.entries[0] == entry0 else {
             throw KeychainError(.decode, "the circle's founding entry changed while it was read")
@@ -207,7 +211,8 @@ public enum SyncMembership {
     /// The circle's members (in roster order) and the devices waiting to join, with the names
     /// their self-signed requests give. Requests whose signature does not verify are left out.
     public static func devices(store: some SyncLocalStore, database: SyncDatabase) throws(KeychainError) -> [SyncDeviceListing] {
-        _ = try refresh(store: store, database: database)
+        // A refresh that fails (a wrap refused, ck not loaded yet) still leaves a roster to list.
+        _ = try? refresh(store: store, database: database)
         guard let roster = try store.withStore({ (s) throws(KeychainError) in try s.syncRoster() }) else { throw notInCircle }
         let requests = try database.joinRequests(circleID: roster.circleID)
             .filter { $0.isSigned(by: $0.device.fingerprint, for: roster.circleID) }
