@@ -109,6 +109,48 @@ struct SyncCircleTests {
         #expect(loose.log.contains("0600"))
     }
 
+    /// A TCP port on loopback that completes connections and never answers: libpq waits for
+    /// the server's first message until its connect_timeout.
+    static func silentServer() throws -> (fd: Int32, port: UInt16) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound, listen(fd, 8) == 0 else { throw KeychainError(.io, "cannot listen on loopback") }
+        return (fd, UInt16(bigEndian: addr.sin_port))
+    }
+
+    @Test func otherCallsGoOnWhileASyncCallWaitsForTheDatabase() throws {
+        let server = try Self.silentServer()
+        defer { close(server.fd) }
+        let d = try RunningDaemon(config: "[sync]\ndatabase = \"host=127.0.0.1 port=\(server.port) dbname=k user=k connect_timeout=4\"")
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let item: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "acct": .string("a"),
+                                         "v_Data": .data(Array("v".utf8))]
+        _ = try c.add(item)  // the connection is made before the clock starts
+        let done = DispatchSemaphore(value: 0)
+        let createStatus = Locked<KeychainStatus?>(nil)
+        Thread.detachNewThread {
+            do {
+                _ = try KeychainConnection(socketPath: d.socketPath).syncCreate(name: "a")
+            } catch let error as KeychainError {
+                createStatus.withLock { $0 = error.status }
+            } catch {}
+            done.signal()
+        }
+        usleep(500_000)  // the create is now waiting for the silent server
+        let start = Date()
+        _ = try c.copyMatching(["class": .string("genp"), "svce": .string("s"), "r_Data": .bool(true)])
+        try c.update(["class": .string("genp"), "svce": .string("s")], ["labl": .string("L")])
+        #expect(Date().timeIntervalSince(start) < 1.5)
+        #expect(done.wait(timeout: .now() + 20) == .success)
+        #expect(createStatus.withLock { $0 } == .notAvailable)
+    }
+
     /// A second local user, allowed to connect (an [[app]]) but not an admin.
     @Test func aNonAdminCallerIsRefusedTheAdminCallsAndItsStatusShowsNoKey() throws {
         let cluster = try TestCluster()
