@@ -88,6 +88,9 @@ public func fuzzInitialize(_ argc: UnsafeMutableRawPointer?, _ argv: UnsafeMutab
             ("key-agree", .keyAgree(query: ["v_PersistentRef": .data(Array("keys".utf8) + [UInt8](repeating: 9, count: 16))],
                                     parameters: ["algorithm": .string("algid:keyexchange:ECDH:KDFX963:SHA256"),
                                                  "peer": .data([UInt8](repeating: 9, count: 32)), "requestedSize": .int(32)])),
+            ("sync-status", .syncStatus),
+            ("sync-join", .syncJoin(circle: "0421 7730 9912 0000 1111 2222 3333 4444", name: "laptop")),
+            ("sync-approve", .syncApprove(device: String(repeating: "7", count: 32))),
         ]
         let responses: [(String, Response)] = [
             ("ok", Response()),
