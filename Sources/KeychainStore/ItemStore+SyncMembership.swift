@@ -124,6 +124,15 @@ extension ItemStore {
         }
     }
 
+    /// Drops the identity, circle row, keys and roster (inside the caller's transaction): an
+    /// erase, which replaces the class key they are sealed under, makes this a new device.
+    func forgetSyncMembership() throws(KeychainError) {
+        try database.run("DELETE FROM sync_identity")
+        try syncCircleTable.delete()
+        try SyncKeysTable(database).deleteAll()
+        try SyncRosterTable(database).deleteAll()
+    }
+
     private func appendRoster(_ roster: SyncRoster, circleID: [UInt8]) throws(KeychainError) {
         let table = SyncRosterTable(database)
         for signed in roster.entries {

@@ -185,12 +185,14 @@ public final class ItemStore {
 
     /// Erases the keychain: every item, the passcode and the class keys (new ones are made),
     /// in one transaction. For the optional erase after too many wrong passcodes. Pending sync
-    /// tombstones go too: their blobs are under the class keys being replaced.
+    /// tombstones go too: their blobs are under the class keys being replaced; and so does the
+    /// sync membership, whose identity and circle keys are sealed under CK[ck].
     public func erase() throws(KeychainError) {
         let fresh = try Keybag.create(deviceKey: deviceKey)
         try database.transaction { () throws(KeychainError) in
             try table.deleteAllItems()
             try syncOutbox.deleteAll()
+            try forgetSyncMembership()
             try keybagTable.save(fresh.record.encoded())
             try lockoutTable.save(failures: 0, lastFailure: 0)
         }

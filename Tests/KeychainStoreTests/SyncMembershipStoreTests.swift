@@ -56,6 +56,16 @@ struct SyncMembershipStoreTests {
         expectStatus(.decode) { _ = try t.store.syncRoster() }
     }
 
+    @Test func anEraseForgetsTheMembershipWhoseKeysItReplacesSoANewIdentityCanBeMade() throws {
+        let t = try TemporaryStore()
+        let (identity, _) = try found(t)
+        try t.store.erase()
+        #expect(try t.store.syncIdentity() == nil)
+        #expect(try t.store.syncCircle() == nil)
+        #expect(try t.store.syncRoster() == nil)
+        #expect(try t.store.syncIdentityMakingIfNeeded().keys != identity.keys)
+    }
+
     @Test func aBackupCarriesNoIdentityCircleKeyOrRoster() throws {
         let a = try TemporaryStore(), b = try TemporaryStore()
         _ = try found(a)
