@@ -38,16 +38,19 @@ public struct ItemRow: Sendable, Equatable {
     }
 }
 
-/// The writer and counter of a synced version of an item (docs/sync.md, 7.3); with the row's
-/// mdat, the version's tuple. Kept as the columns hold it: the store never trusts it for more
-/// than deciding whether a delete leaves a tombstone.
+/// The version of an item the circle has (docs/sync.md, 7.3): writer, counter and mdat, the
+/// tuple that a pulled version is compared with. Kept as the columns hold it.
 public struct SyncStamp: Sendable, Equatable {
     public var writer: [UInt8]
     public var counter: Int64
+    /// ms since 2001; nil only in a row stamped by hand without it (schema v6 had no column):
+    /// the store then takes the row's own mdat.
+    public var mdat: Int64?
 
-    public init(writer: [UInt8], counter: Int64) {
+    public init(writer: [UInt8], counter: Int64, mdat: Int64? = nil) {
         self.writer = writer
         self.counter = counter
+        self.mdat = mdat
     }
 }
 
@@ -84,9 +87,9 @@ public struct ItemTable {
 
     public init(_ db: SQLiteDatabase) { self.db = db }
 
-    private static let fixedColumns = "rowid, class, persistref, agrp, pdmn, sync, cdat, mdat, data, sync_writer, sync_counter"
+    private static let fixedColumns = "rowid, class, persistref, agrp, pdmn, sync, cdat, mdat, data, sync_writer, sync_counter, sync_mdat"
     /// Where the hashed columns start in a row read with `fixedColumns`.
-    private static let firstHashColumn: Int32 = 11
+    private static let firstHashColumn: Int32 = 12
 
     /// Per class, built once: its hashed column codes and the head of its SELECT.
     private struct ClassSQL {
@@ -110,9 +113,9 @@ public struct ItemTable {
     public func insert(_ row: ItemRow) throws(KeychainError) -> Int64 {
         let codes = Self.columns(of: row.itemClass)
         let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
-            + ["sync_writer", "sync_counter"]
+            + ["sync_writer", "sync_counter", "sync_mdat"]
         let sql = "INSERT INTO items(\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
-        let stamp: [SQLValue] = row.syncStamp.map { [.blob($0.writer), .int($0.counter)] } ?? [.null, .null]
+        let stamp = Self.stampValues(row.syncStamp)
         try db.run(sql, Self.values(of: row, codes: codes) + stamp)
         let rowid = try lastRowID()
         if let hashes = row.attributeHashes { try insertAttributeHashes(hashes, item: rowid) }
@@ -154,7 +157,32 @@ public struct ItemTable {
     /// Forgets that the circle saw the item: its record is no longer the one the circle knows
     /// (a primary key or sync changed by an update, after the old record's tombstone).
     public func clearSyncStamp(rowid: Int64) throws(KeychainError) {
-        try db.run("UPDATE items SET sync_writer = NULL, sync_counter = NULL WHERE rowid = ?", [.int(rowid)])
+        try db.run("UPDATE items SET sync_writer = NULL, sync_counter = NULL, sync_mdat = NULL WHERE rowid = ?", [.int(rowid)])
+    }
+
+    /// Records that the circle has (or is being sent) this version of the item.
+    public func setSyncStamp(_ stamp: SyncStamp, rowid: Int64) throws(KeychainError) {
+        try db.run("UPDATE items SET sync_writer = ?, sync_counter = ?, sync_mdat = ? WHERE rowid = ?",
+                   Self.stampValues(stamp) + [.int(rowid)])
+    }
+
+    private static func stampValues(_ stamp: SyncStamp?) -> [SQLValue] {
+        guard let stamp else { return [.null, .null, .null] }
+        return [.blob(stamp.writer), .int(stamp.counter), stamp.mdat.map(SQLValue.int) ?? .null]
+    }
+
+    /// The row with this rowid, whatever its class and group (the sync push reads the items
+    /// its outbox names).
+    public func row(rowid: Int64) throws(KeychainError) -> ItemRow? {
+        let found = try db.query("SELECT class FROM items WHERE rowid = ?", [.int(rowid)]) { (s) throws(KeychainError) -> String? in
+            try s.step() ? s.text(0) : nil
+        }
+        guard let found, let cls = ItemClass(rawValue: found), let head = Self.classSQL[cls] else { return nil }
+        var row: ItemRow?
+        try db.query(head.select + " AND rowid = ?", [.int(rowid)]) { (s) throws(KeychainError) in
+            try readRows(s, codes: head.codes) { row = $0; return false }
+        }
+        return row
     }
 
     /// Deletes every row of a protection domain; returns how many.
@@ -379,7 +407,9 @@ public struct ItemTable {
                 protection: Protection(rawValue: s.text(4)), sync: s.int(5),
                 created: s.double(6), modified: s.double(7), hashes: hashes, blob: s.blob(8))
             row.rowid = s.int(0)
-            if !s.isNull(9) && !s.isNull(10) { row.syncStamp = SyncStamp(writer: s.blob(9), counter: s.int(10)) }
+            if !s.isNull(9) && !s.isNull(10) {
+                row.syncStamp = SyncStamp(writer: s.blob(9), counter: s.int(10), mdat: s.isNull(11) ? nil : s.int(11))
+            }
             guard try body(row) else { break }
         }
     }

@@ -142,6 +142,13 @@ public enum Schema {
         );
         INSERT INTO sync_outbox(item) SELECT rowid FROM items WHERE sync = 1 AND pdmn IN ('ak', 'ck', 'dk') ORDER BY rowid;
         """),
+        // The stamp's mdat (ms since 2001): with sync_writer and sync_counter, the exact tuple
+        // of the version the circle has. The item's own mdat cannot stand in for it: a pulled
+        // item keeps its writer's mdat attribute, and a version's mdat may be bumped past the
+        // one it supersedes (docs/sync.md, 5). No row is stamped before this version.
+        ("v7: sync stamp mdat", """
+        ALTER TABLE items ADD COLUMN sync_mdat INTEGER;
+        """),
     ]
 
     public static var currentVersion: Int { migrations.count }

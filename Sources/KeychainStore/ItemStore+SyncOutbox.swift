@@ -52,8 +52,10 @@ extension ItemStore {
 
     private func queueSyncTombstone(for row: ItemRow) throws(KeychainError) {
         guard Self.maySync(row), let pdmn = row.protection else { return }
-        // The delete is a new version of the record: never before the version it removes.
-        let mdat = SyncVersion.stampedMdat(now: Self.milliseconds(now()), previous: Self.milliseconds(row.modified))
+        // The delete is a new version of the record: never before the version it removes,
+        // whether that is the stamped one or a later local change.
+        let previous = max(Self.milliseconds(row.modified), row.syncStamp?.mdat ?? .min)
+        let mdat = SyncVersion.stampedMdat(now: Self.milliseconds(now()), previous: previous)
         try syncOutbox.queueTombstone(SyncTombstone(itemClass: row.itemClass, protection: pdmn,
                                                     identity: codec.identity(of: row), blob: row.blob, mdat: mdat))
     }

@@ -25,7 +25,7 @@ struct SyncSchemaTests {
             // Only an edited row can be ThisDeviceOnly and sync = 1; the migration queues none.
             try db.execute("UPDATE items SET sync = 1 WHERE pdmn = 'cku'")
         }
-        #expect(try t.store.database.userVersion == 6)
+        #expect(try t.store.database.userVersion == Schema.currentVersion)
         #expect(try syncTables(t) == Self.syncTables)
         #expect(try t.secret(genp("s", "a", ["sync": .int(1)])) == [1])
         #expect(try t.secret(genp("s", "b")) == [2])
@@ -42,13 +42,29 @@ struct SyncSchemaTests {
         }
     }
 
-    @Test func aNewDatabaseIsAtVersionSixWithEmptySyncTables() throws {
+    @Test func aNewDatabaseIsAtVersionSevenWithEmptySyncTables() throws {
         let t = try TemporaryStore()
-        #expect(Schema.currentVersion == 6)
+        #expect(Schema.currentVersion == 7)
         #expect(try syncTables(t) == Self.syncTables)
         for table in Self.syncTables {
             let rows = try t.store.database.query("SELECT count(*) FROM \(table)") { (s) throws(KeychainError) in try s.step() ? s.int(0) : -1 }
             #expect(rows == 0, "\(table)")
         }
+    }
+
+    @Test func aVersionSixDatabaseGainsTheStampMdatAndKeepsItsStamps() throws {
+        let t = try TemporaryStore()
+        try t.add(genp("s", "a", ["sync": .int(1)]))
+        try t.editFile { db in
+            try undoSchemaV7(db)
+            try db.run("UPDATE items SET sync_writer = ?, sync_counter = 4", [.blob(Array(repeating: 1, count: 16))])
+        }
+        #expect(try t.store.database.userVersion == 7)
+        var stamps: [SyncStamp?] = []
+        try t.store.table.forEach(RowFilter(itemClass: .genericPassword, accessGroups: TemporaryStore.app.groups, sync: 1)) { row in
+            stamps.append(row.syncStamp)
+            return true
+        }
+        #expect(stamps == [SyncStamp(writer: Array(repeating: 1, count: 16), counter: 4, mdat: nil)])
     }
 }
