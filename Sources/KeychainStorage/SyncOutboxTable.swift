@@ -34,6 +34,9 @@ public struct SyncOutboxEntry: Sendable, Equatable {
     public var change: Change
     /// Given when the entry is first pushed and kept for every retry; nil until then.
     public var counter: Int64?
+    /// A version's mdat, fixed with its first counter so that every retry carries the same
+    /// tuple (a tombstone's is its own, in `change`); nil until then.
+    public var mdat: Int64?
 }
 
 /// The table sync_outbox: what this device has to push. Rows are written in the transaction
@@ -49,7 +52,7 @@ public struct SyncOutboxTable {
     /// push: its version was replaced, and a retry must never carry other contents under the
     /// counter of a push that may have committed.
     public func queueVersion(item rowid: Int64) throws(KeychainError) {
-        try db.run("INSERT INTO sync_outbox(item) VALUES (?) ON CONFLICT(item) DO UPDATE SET counter = NULL", [.int(rowid)])
+        try db.run("INSERT INTO sync_outbox(item) VALUES (?) ON CONFLICT(item) DO UPDATE SET counter = NULL, mdat = NULL", [.int(rowid)])
     }
 
     /// Drops the pending version of item `rowid` (the item no longer syncs).
@@ -67,12 +70,17 @@ public struct SyncOutboxTable {
     /// Every entry, oldest first. An entry whose columns were edited into something no
     /// keychaind writes is errSecDecode.
     public func entries() throws(KeychainError) -> [SyncOutboxEntry] {
-        try db.query("SELECT id, item, counter, class, pdmn, identity, blob, mdat FROM sync_outbox ORDER BY id") { (s) throws(KeychainError) in
+        try entries(where: "1", [])
+    }
+
+    private func entries(where condition: String, _ values: [SQLValue]) throws(KeychainError) -> [SyncOutboxEntry] {
+        try db.query("SELECT id, item, counter, class, pdmn, identity, blob, mdat FROM sync_outbox WHERE \(condition) ORDER BY id", values) { (s) throws(KeychainError) in
             var out: [SyncOutboxEntry] = []
             while try s.step() {
                 let counter = s.isNull(2) ? nil : s.int(2)
                 if !s.isNull(1) {
-                    out.append(SyncOutboxEntry(id: s.int(0), change: .version(item: s.int(1)), counter: counter))
+                    out.append(SyncOutboxEntry(id: s.int(0), change: .version(item: s.int(1)), counter: counter,
+                                               mdat: s.isNull(7) ? nil : s.int(7)))
                     continue
                 }
                 guard let cls = ItemClass(rawValue: s.text(3)), ItemClass.stored.contains(cls),
@@ -80,10 +88,39 @@ public struct SyncOutboxTable {
                     throw KeychainError(.decode, "a sync outbox entry names an unknown class or protection class: the row was altered")
                 }
                 let tombstone = SyncTombstone(itemClass: cls, protection: pdmn, identity: s.blob(5), blob: s.blob(6), mdat: s.int(7))
-                out.append(SyncOutboxEntry(id: s.int(0), change: .tombstone(tombstone), counter: counter))
+                out.append(SyncOutboxEntry(id: s.int(0), change: .tombstone(tombstone), counter: counter, mdat: tombstone.mdat))
             }
             return out
         }
+    }
+
+    /// The pending version of item `rowid`, if any.
+    public func entry(item rowid: Int64) throws(KeychainError) -> SyncOutboxEntry? {
+        try entries(where: "item = ?", [.int(rowid)]).first
+    }
+
+    /// Gives an entry the counter (and, for a version, the mdat) it keeps for every retry.
+    public func setCounter(_ counter: Int64, mdat: Int64, entry id: Int64) throws(KeychainError) {
+        try db.run("UPDATE sync_outbox SET counter = ?, mdat = ? WHERE id = ?", [.int(counter), .int(mdat), .int(id)])
+    }
+
+    /// Takes an entry's counter back, keeping its mdat: it waits for its class key while later
+    /// writes go out with higher counters, and a writer's counters must rise with seq.
+    public func clearCounter(entry id: Int64) throws(KeychainError) {
+        try db.run("UPDATE sync_outbox SET counter = NULL WHERE id = ?", [.int(id)])
+    }
+
+    /// Removes an entry whatever its state (it lost to a pulled version, or can never be pushed).
+    public func delete(entry id: Int64) throws(KeychainError) {
+        try db.run("DELETE FROM sync_outbox WHERE id = ?", [.int(id)])
+    }
+
+    /// Removes an entry that was pushed with `counter`, unless a local write re-queued it
+    /// since (its counter was then cleared, or given anew). Returns whether it went.
+    @discardableResult
+    public func deletePushed(entry id: Int64, counter: Int64) throws(KeychainError) -> Bool {
+        try db.run("DELETE FROM sync_outbox WHERE id = ? AND counter = ?", [.int(id), .int(counter)])
+        return db.changes == 1
     }
 
     /// Drops every entry (the keychain's erase: its items and class keys are gone).
