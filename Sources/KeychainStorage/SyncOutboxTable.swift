@@ -99,6 +99,11 @@ public struct SyncOutboxTable {
         try entries(where: "item = ?", [.int(rowid)]).first
     }
 
+    /// The pending tombstones of one class (not the versions: a first push may queue many).
+    public func tombstones(of itemClass: ItemClass) throws(KeychainError) -> [SyncOutboxEntry] {
+        try entries(where: "item IS NULL AND class = ?", [.text(itemClass.rawValue)])
+    }
+
     /// Gives an entry the counter (and, for a version, the mdat) it keeps for every retry.
     public func setCounter(_ counter: Int64, mdat: Int64, entry id: Int64) throws(KeychainError) {
         try db.run("UPDATE sync_outbox SET counter = ?, mdat = ? WHERE id = ?", [.int(counter), .int(mdat), .int(id)])

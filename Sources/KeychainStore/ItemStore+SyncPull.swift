@@ -273,8 +273,8 @@ private struct SyncApplication {
     private mutating func pendingTombstones(_ cls: ItemClass) throws(KeychainError) -> [[UInt8]: SyncOutboxEntry]? {
         if let known = tombstones[cls] { return known }
         var out: [[UInt8]: SyncOutboxEntry]? = [:]
-        for entry in try store.syncOutbox.entries() {
-            guard case .tombstone(let tombstone) = entry.change, tombstone.itemClass == cls else { continue }
+        for entry in try store.syncOutbox.tombstones(of: cls) {
+            guard case .tombstone(let tombstone) = entry.change else { continue }
             guard let key = store.keybag.key(for: tombstone.protection) else {
                 out = nil
                 break
