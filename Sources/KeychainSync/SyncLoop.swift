@@ -191,10 +191,17 @@ public final class SyncLoop: Sendable {
                 retry = min(retry * 2, timing.longestRetry)
                 continue
             }
-            retry = timing.firstRetry
-            serve(connection)
+            let passed = serve(connection)
             shared.withLock { $0.canceller = nil }
             connection.close()
+            // A server that accepts connections and drops them before any pass succeeds gets
+            // the same backoff as one that refuses them, not a reconnect at full speed.
+            if passed {
+                retry = timing.firstRetry
+            } else if !isStopping {
+                guard waitBeforeConnecting(retry) else { break }
+                retry = min(retry * 2, timing.longestRetry)
+            }
         }
         shared.withLock { s in
             s.exited = true
@@ -227,14 +234,16 @@ public final class SyncLoop: Sendable {
         return connection
     }
 
-    /// Runs passes on `connection` until the loop stops or the connection is lost.
-    private func serve(_ connection: PostgresConnection) {
+    /// Runs passes on `connection` until the loop stops or the connection is lost; whether
+    /// any of them succeeded.
+    private func serve(_ connection: PostgresConnection) -> Bool {
         let database = SyncDatabase(connection)
         var due = true
+        var passed = false
         while !isStopping {
             if due {
-                runPass(database)
-                guard connection.isConnected else { return }
+                passed = runPass(database) || passed
+                guard connection.isConnected else { return passed }
                 due = false
                 continue
             }
@@ -248,12 +257,14 @@ public final class SyncLoop: Sendable {
                 }
             } catch {
                 failed(error, answering: false)
-                return
+                return passed
             }
         }
+        return passed
     }
 
-    private func runPass(_ database: SyncDatabase) {
+    /// Runs the pass once and records how it went; whether it succeeded.
+    private func runPass(_ database: SyncDatabase) -> Bool {
         let covers = shared.withLock { $0.requested }
         let result: Result<Void, KeychainError>
         do {
@@ -279,6 +290,8 @@ public final class SyncLoop: Sendable {
             }
             s.answer(upTo: covers, with: result)
         }
+        if case .success = result { return true }
+        return false
     }
 
     /// Records a failed connect or a lost connection; a failed connect also answers the

@@ -191,6 +191,21 @@ struct SyncLoopTests {
         #expect(loop.status.state == .ok && log.count == 2)
     }
 
+    @Test func aConnectionThatBreaksBeforeAnyPassSucceedsIsRetriedWithBackoff() throws {
+        let f = try F()
+        let log = PassLog()
+        // Every pass ends its own server process: the connect succeeds, the pass never does.
+        let loop = try Self.loop(f, timing: SyncLoop.Timing(firstRetry: .milliseconds(200), longestRetry: .milliseconds(200))) { (db) throws(KeychainError) in
+            log.started()
+            try db.connection.query("SELECT pg_terminate_backend(pg_backend_pid())")
+        }
+        defer { loop.stop() }
+        Thread.sleep(forTimeInterval: 1)
+        // 150–250 ms between attempts: about five in a second, not a reconnect at full speed.
+        #expect((2...8).contains(log.count), "\(log.count) passes")
+        #expect(loop.status.state == .error)
+    }
+
     @Test func stopReturnsWithinTwoSecondsWhileTheServerIsHalted() throws {
         let f = try F()
         let loop = try Self.loop(f, timing: SyncLoop.Timing(firstRetry: .seconds(30))) { _ in }
