@@ -19,9 +19,11 @@ extension SecretServiceBridge {
         case "SearchItems":
             let pairs = try readAttributes(call)
             var unlocked: [String] = [], locked: [String] = []
-            for row in try login(sender).search(pairs) {
-                guard let id = ItemID(persistentRef: row.persistentRef) else { continue }
-                if row.locked { locked.append(CollectionName.login.itemPath(id.hex)) } else { unlocked.append(CollectionName.login.itemPath(id.hex)) }
+            for collection in try collectionNames(sender) where collection != .session {
+                for row in try stored(collection, sender).search(pairs) {
+                    guard let id = ItemID(persistentRef: row.persistentRef) else { continue }
+                    if row.locked { locked.append(collection.itemPath(id.hex)) } else { unlocked.append(collection.itemPath(id.hex)) }
+                }
             }
             if !sessionItems.isEmpty {
                 unlocked += sessionItems.search(pairs, groups: try groups(sender)).map(CollectionName.session.itemPath)
@@ -38,7 +40,7 @@ extension SecretServiceBridge {
             let session = try sessions.session(sessionPath, of: sender)
             var secrets: [BusValue] = []
             for case .objectPath(let path) in paths {
-                guard case .item(let collection, let id)? = SecretObjectPath(path) else { continue }
+                guard case .item(let collection, let id)? = try SecretObjectPath(path, alias: { try resolveAlias($0, sender: sender) }) else { continue }
                 // Missing, foreign and locked items are left out (libsecret asks for unlocked ones).
                 guard let secret = try? secretStruct(collection, id: id, session: session, sessionPath: sessionPath, sender: sender) else { continue }
                 secrets.append(.entry(.objectPath(path), secret))
@@ -46,16 +48,11 @@ extension SecretServiceBridge {
             return [.array(element: "{o(oayays)}", secrets)]
         case "ReadAlias":
             let alias = try call.readString()
-            return [.objectPath(CollectionName(alias: alias)?.path ?? "/")]
+            return [.objectPath(try resolveAlias(alias, sender: sender)?.path ?? "/")]
         case "SetAlias":
-            throw BusErrorReply.notSupported("aliases are fixed: default and login name the collection login")
+            return try setAlias(call, sender: sender)
         case "CreateCollection":
-            _ = try call.readValue()
-            let alias = try call.readString()
-            guard CollectionName(alias: alias) == .login else {
-                throw BusErrorReply.notSupported("only the collections login (alias default) and session exist")
-            }
-            return [.objectPath(CollectionName.login.path), .objectPath("/")]
+            return try createCollection(call, sender: sender)
         case "Unlock":
             guard case .array("o", let objects) = try call.readValue() else { throw BusErrorReply.invalidArgs("Unlock takes an array of paths") }
             return try unlock(objects.compactMap(\.objectPathValue), sender: sender)
@@ -85,10 +82,11 @@ extension SecretServiceBridge {
             let pairs = try SecretServiceAttributes(attributes)
             let created: (id: String, replaced: Bool)
             switch collection {
-            case .login:
-                created = try login(sender).create(label: label, attributes: pairs, contentType: secret.contentType,
-                                                   secret: secret.value, replace: replace)
-                loginModified = UInt64(Date().timeIntervalSince1970)
+            case .login, .created:
+                if case .created(let id) = collection { try requireCreated(id, sender) }
+                created = try stored(collection, sender).create(label: label, attributes: pairs, contentType: secret.contentType,
+                                                                secret: secret.value, replace: replace)
+                noteModified(collection)
             case .session:
                 created = try sessionItems.create(label: label, attributes: pairs, contentType: secret.contentType,
                                                   secret: secret.value, replace: replace, groups: try groups(sender))
@@ -97,7 +95,7 @@ extension SecretServiceBridge {
             itemsChanged(collection, created.replaced ? "ItemChanged" : "ItemCreated", path)
             return [.objectPath(path), .objectPath("/")]
         case "Delete":
-            throw BusErrorReply.notSupported("the collections login and session cannot be deleted")
+            return try deleteCollection(collection, sender: sender)
         default:
             return nil
         }
@@ -105,8 +103,9 @@ extension SecretServiceBridge {
 
     func itemPaths(_ collection: CollectionName, _ pairs: SecretServiceAttributes, sender: String) throws -> [String] {
         switch collection {
-        case .login:
-            return try login(sender).search(pairs).compactMap { ItemID(persistentRef: $0.persistentRef).map { collection.itemPath($0.hex) } }
+        case .login, .created:
+            if case .created(let id) = collection { try requireCreated(id, sender) }
+            return try stored(collection, sender).search(pairs).compactMap { ItemID(persistentRef: $0.persistentRef).map { collection.itemPath($0.hex) } }
         case .session:
             return sessionItems.search(pairs, groups: try groups(sender)).map(collection.itemPath)
         }
@@ -124,9 +123,9 @@ extension SecretServiceBridge {
         case "SetSecret":
             let secret = try readSecret(call, sender: sender)
             switch collection {
-            case .login:
-                try login(sender).update(try loginID(id), ["v_Data": .data(secret.value), "xsct": .string(secret.contentType)])
-                loginModified = UInt64(Date().timeIntervalSince1970)
+            case .login, .created:
+                try stored(collection, sender).update(try storedID(collection, id), ["v_Data": .data(secret.value), "xsct": .string(secret.contentType)])
+                noteModified(collection)
             case .session:
                 try sessionItems.update(id, groups: try groups(sender)) {
                     $0.secret = secret.value
@@ -137,9 +136,9 @@ extension SecretServiceBridge {
             return []
         case "Delete":
             switch collection {
-            case .login:
-                try login(sender).delete(try loginID(id))
-                loginModified = UInt64(Date().timeIntervalSince1970)
+            case .login, .created:
+                try stored(collection, sender).delete(try storedID(collection, id))
+                noteModified(collection)
             case .session:
                 try sessionItems.delete(id, groups: try groups(sender))
             }
@@ -155,8 +154,8 @@ extension SecretServiceBridge {
                       sender: String) throws -> BusValue {
         let value: SecretBytes, contentType: String
         switch collection {
-        case .login:
-            let attributes = try login(sender).item(try loginID(id), secret: true)
+        case .login, .created:
+            let attributes = try stored(collection, sender).item(try storedID(collection, id), secret: true)
             value = attributes["v_Data"]?.bytesValue ?? .empty
             contentType = attributes["xsct"]?.stringValue ?? "text/plain"
         case .session:
@@ -168,9 +167,19 @@ extension SecretServiceBridge {
         return .structure([.objectPath(sessionPath), .bytes(encoded.parameters), encoded.value, .string(contentType)])
     }
 
-    func loginID(_ id: String) throws(BusErrorReply) -> ItemID {
-        guard let itemID = ItemID(hex: id) else { throw .noSuchObject(CollectionName.login.itemPath(id)) }
+    func storedID(_ collection: CollectionName, _ id: String) throws(BusErrorReply) -> ItemID {
+        guard let itemID = ItemID(hex: id) else { throw .noSuchObject(collection.itemPath(id)) }
         return itemID
+    }
+
+    /// The bridge changed an item of `collection`: its Modified moves.
+    func noteModified(_ collection: CollectionName) {
+        let now = UInt64(Date().timeIntervalSince1970)
+        switch collection {
+        case .login: loginModified = now
+        case .created(let id): createdModified[id] = now
+        case .session: break
+        }
     }
 
     // MARK: Properties
@@ -181,24 +190,17 @@ extension SecretServiceBridge {
     func propertyValues(path: SecretObjectPath, interface: String, sender: String, only: String? = nil) throws -> [String: BusValue]? {
         switch (path, interface) {
         case (.service, Self.serviceInterface):
-            return ["Collections": .objectPaths(CollectionName.allCases.map(\.path))]
+            return ["Collections": .objectPaths(try collectionNames(sender).map(\.path))]
         case (.session, Self.sessionInterface):
             return [:]
         case (.collection(let collection), Self.collectionInterface):
-            var values: [String: BusValue]
-            switch collection {
-            case .login:
-                values = ["Label": .string("Login"), "Created": .uint64(0), "Modified": .uint64(loginModified)]
-                if only == nil || only == "Locked" { values["Locked"] = .bool(try keychainState() != "unlocked") }
-            case .session:
-                values = ["Label": .string("Session"), "Locked": .bool(false), "Created": .uint64(0), "Modified": .uint64(0)]
-            }
-            if only == nil || only == "Items" {
-                values["Items"] = .objectPaths(try itemPaths(collection, SecretServiceAttributes([:]), sender: sender))
-            }
-            return values
+            return try collectionProperties(collection, sender: sender, only: only)
         case (.item(let collection, let id), Self.itemInterface):
-            return try itemProperties(collection, id: id, sender: sender)
+            let key = ReadCache.Key.itemProperties(path: collection.itemPath(id))
+            if case .properties(let values)? = readCache.value(key, of: sender) { return values }
+            let values = try itemProperties(collection, id: id, sender: sender)
+            readCache.store(.properties(values), key, of: sender)
+            return values
         default:
             return nil
         }
@@ -206,13 +208,13 @@ extension SecretServiceBridge {
 
     func itemProperties(_ collection: CollectionName, id: String, sender: String) throws -> [String: BusValue] {
         switch collection {
-        case .login:
-            let itemID = try loginID(id)
-            let login = try login(sender)
-            let opened = Result { () throws(KeychainError) in try login.item(itemID) }
+        case .login, .created:
+            let itemID = try storedID(collection, id)
+            let store = try stored(collection, sender)
+            let opened = Result { () throws(KeychainError) in try store.item(itemID) }
             if case .failure(let error) = opened, error.status == .interactionNotAllowed {
                 // GetAll must not fail on a locked item (libsecret loads items with it).
-                let row = try login.row(itemID)
+                let row = try store.row(itemID)
                 return ["Label": .string(""), "Attributes": .stringDictionary([:]), "Locked": .bool(true),
                         "Created": .uint64(UInt64(max(0, row.created))), "Modified": .uint64(UInt64(max(0, row.modified)))]
             }
@@ -232,6 +234,9 @@ extension SecretServiceBridge {
     }
 
     func setProperty(path: SecretObjectPath, interface: String, name: String, value: BusValue, sender: String) throws {
+        if case .collection(let collection) = path, interface == Self.collectionInterface, name == "Label" {
+            return try setCollectionLabel(collection, value, sender: sender)
+        }
         guard case .item(let collection, let id) = path, interface == Self.itemInterface, name == "Label" || name == "Attributes" else {
             guard let known = try propertyValues(path: path, interface: interface, sender: sender, only: name), known[name] != nil else {
                 throw BusErrorReply.unknownProperty(interface, name)
@@ -247,12 +252,12 @@ extension SecretServiceBridge {
             pairs = try SecretServiceAttributes(dictionary)
         }
         switch collection {
-        case .login:
+        case .login, .created:
             var changes: AttributeDictionary = [:]
             if let label { changes["labl"] = .string(label) }
             if let pairs { changes["xsat"] = .data(pairs.encoded) }
-            try login(sender).update(try loginID(id), changes)
-            loginModified = UInt64(Date().timeIntervalSince1970)
+            try stored(collection, sender).update(try storedID(collection, id), changes)
+            noteModified(collection)
         case .session:
             try sessionItems.update(id, groups: try groups(sender)) {
                 if let label { $0.label = label }
@@ -292,6 +297,7 @@ extension SecretServiceBridge {
     /// invalidated, not with its value: each caller's list is its own, and a broadcast would
     /// show one app's paths to every other.
     func itemsChanged(_ collection: CollectionName, _ member: String, _ itemPath: String) {
+        readCache.remove(itemPath: itemPath)
         do {
             try bus.emitSignal(path: collection.path, interface: Self.collectionInterface, member: member, [.objectPath(itemPath)])
             try bus.emitSignal(path: collection.path, interface: Self.propertiesInterface, member: "PropertiesChanged",

@@ -43,6 +43,8 @@ extension SecretServiceBridge {
     /// when keychaind cannot answer (as the keep-alive did: the bridge then exits).
     func checkForChanges() throws(KeychainError) {
         let moves = changeFeed.observe(try keychain.status())
+        // What was read before the move may be stale (an item relabelled by `keychain update`).
+        if moves.items || moves.lockState { readCache.removeAll() }
         if moves.lockState { lockStateChanged() }
         if moves.items { itemsChangedElsewhere() }
     }

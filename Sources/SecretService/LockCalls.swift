@@ -38,16 +38,16 @@ extension SecretServiceBridge {
         let delegated = try delegated(sender)
         try delegated.lock()
         var locked: [String] = []
-        var protections: [[UInt8]: String]?
+        var protections: [CollectionName: [[UInt8]: String]] = [:]
         for object in objects {
-            switch SecretObjectPath(object) {
-            case .collection(.login)?:
+            switch try SecretObjectPath(object, alias: { try resolveAlias($0, sender: sender) }) {
+            case .collection(.login)?, .collection(.created)?:
                 locked.append(object)
-            case .item(.login, let id)?:
-                if protections == nil {
-                    protections = Dictionary(try login(sender).search(SecretServiceAttributes([:])).map { ($0.persistentRef, $0.protection) }) { a, _ in a }
+            case .item(let collection, let id)? where collection != .session:
+                if protections[collection] == nil {
+                    protections[collection] = Dictionary(try stored(collection, sender).search(SecretServiceAttributes([:])).map { ($0.persistentRef, $0.protection) }) { a, _ in a }
                 }
-                if let itemID = ItemID(hex: id), protections?[itemID.persistentRef] == "ak" { locked.append(object) }
+                if let itemID = ItemID(hex: id), protections[collection]?[itemID.persistentRef] == "ak" { locked.append(object) }
             default:
                 break
             }
@@ -105,6 +105,7 @@ extension SecretServiceBridge {
     /// login's Locked changed: PropertiesChanged on it and CollectionChanged on the service.
     func lockStateChanged() {
         let login = CollectionName.login.path
+        readCache.removeAll()
         do {
             let locked = try keychainState() != "unlocked"
             changeFeed.noteLockState(locked: locked)

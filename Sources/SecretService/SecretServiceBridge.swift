@@ -27,8 +27,12 @@ public final class SecretServiceBridge {
     var callers: [String: KnownCaller] = [:]
     /// The login collection's Modified: the bridge's last change to it.
     var loginModified = UInt64(Date().timeIntervalSince1970)
+    /// Created collections' Modified: the bridge's last change to each since it started.
+    var createdModified: [ItemID: UInt64] = [:]
     /// Changes made outside the bridge, as keychaind's status shows them.
     var changeFeed = KeychainChangeFeed()
+    /// Item properties, collections and aliases read for each connection (ReadCache.swift).
+    var readCache = ReadCache()
     /// The portal backend's Request objects (PortalBackend.swift).
     var portalRequests = PortalRequests()
     private var lostName = false
@@ -129,6 +133,7 @@ public final class SecretServiceBridge {
     func connectionLeft(_ uniqueName: String) {
         let closed = sessions.removeAll(of: uniqueName)
         callers[uniqueName] = nil
+        readCache.remove(connection: uniqueName)
         prompts = prompts.filter { $0.value.owner != uniqueName }
         if closed > 0 { BridgeLog.debug("\(uniqueName) left the bus: closed its \(closed) session(s)") }
     }
@@ -141,9 +146,10 @@ public final class SecretServiceBridge {
         guard call.isMethodCall, let sender = call.sender, let pathText = call.path,
               let interface = call.interface, let member = call.member else { return false }
         if interface == "org.freedesktop.DBus.Introspectable" || interface == "org.freedesktop.DBus.Peer" { return false }
-        guard let path = SecretObjectPath(pathText) else { return false }
         do {
             try caller(sender)
+            // An alias path resolves for this caller: `default` may name one of its collections.
+            guard let path = try SecretObjectPath(pathText, alias: { alias in try resolveAlias(alias, sender: sender) }) else { return false }
             if let expected = Self.signatures[interface + "." + member], call.signature != expected {
                 throw BusErrorReply.invalidArgs("\(interface).\(member) takes (\(expected)), not (\(call.signature))")
             }
@@ -225,8 +231,18 @@ public final class SecretServiceBridge {
         keychain.onBehalf(of: try caller(sender).identity)
     }
 
-    func login(_ sender: String) throws(BusErrorReply) -> LoginCollection {
-        LoginCollection(keychain: try delegated(sender), protection: protection)
+    func login(_ sender: String) throws(BusErrorReply) -> StoredCollection {
+        StoredCollection(collection: CollectionName.login.name, keychain: try delegated(sender), protection: protection)
+    }
+
+    /// A collection kept in keychaind (login or a created one), for `sender`.
+    func stored(_ collection: CollectionName, _ sender: String) throws(BusErrorReply) -> StoredCollection {
+        StoredCollection(collection: collection.name, keychain: try delegated(sender), protection: protection)
+    }
+
+    /// The records of the collections `sender` created (CreatedCollections.swift).
+    func created(_ sender: String) throws(BusErrorReply) -> CreatedCollections {
+        CreatedCollections(keychain: try delegated(sender))
     }
 
     /// The caller's access groups as keychaind gives them now (for the session collection).

@@ -1,19 +1,20 @@
 import KeychainClient
 
-/// The persistent collection `login` (alias `default`): genp items in keychaind whose svce is
-/// "secret-service:login", every call made on behalf of the D-Bus caller, so keychaind
-/// decides with that caller's groups (design 1.1, 1.5).
-struct LoginCollection {
-    static let collection = "login"
-    static let service = "secret-service:" + collection
-
+/// A persistent collection (`login`, or one a client created): genp items in keychaind whose
+/// svce is "secret-service:" and the collection's name, every call made on behalf of the D-Bus
+/// caller, so keychaind decides with that caller's groups (design 1.1, 1.5).
+struct StoredCollection {
+    /// The collection's name: "login", or "c" and its record's hex id.
+    let collection: String
     let keychain: DelegatedKeychain
     /// The class of new items: "ck" (after first unlock) or "ak" (when unlocked).
     let protection: String
 
+    var service: String { "secret-service:" + collection }
+
     /// Items holding every pair (exact: exactly these), locked ones included.
     func search(_ pairs: SecretServiceAttributes, exact: Bool = false) throws(KeychainError) -> [SecretServiceRow] {
-        try keychain.attributeSearch(collection: Self.collection, exact: exact, pairs: pairs)
+        try keychain.attributeSearch(collection: collection, exact: exact, pairs: pairs)
     }
 
     /// CreateItem: one keychaind call, which with `replace` rewrites the caller's item with
@@ -21,7 +22,7 @@ struct LoginCollection {
     func create(label: String, attributes: SecretServiceAttributes, contentType: String, secret: SecretBytes,
                 replace: Bool) throws(KeychainError) -> (id: String, replaced: Bool) {
         let added = try keychain.attributeAdd([
-            "class": .string("genp"), "svce": .string(Self.service), "xsat": .data(attributes.encoded),
+            "class": .string("genp"), "svce": .string(service), "xsat": .data(attributes.encoded),
             "labl": .string(label), "xsct": .string(contentType), "v_Data": .data(secret), "pdmn": .string(protection),
         ], replace: replace)
         guard let id = ItemID(persistentRef: added.persistentRef) else {
@@ -36,8 +37,8 @@ struct LoginCollection {
         var query: AttributeDictionary = ["v_PersistentRef": .data(id.persistentRef), "r_Attributes": .bool(true)]
         if secret { query["r_Data"] = .bool(true) }
         guard case .single(.attributes(let attributes)) = try keychain.copyMatching(query),
-              attributes["svce"]?.stringValue == Self.service else {
-            throw KeychainError(.itemNotFound, "there is no such item in the collection login")
+              attributes["svce"]?.stringValue == service else {
+            throw KeychainError(.itemNotFound, "there is no such item in the collection \(collection)")
         }
         return attributes
     }
@@ -47,7 +48,7 @@ struct LoginCollection {
     func row(_ id: ItemID) throws(KeychainError) -> SecretServiceRow {
         let ref = id.persistentRef
         guard let row = try search(SecretServiceAttributes([:])).first(where: { $0.persistentRef == ref }) else {
-            throw KeychainError(.itemNotFound, "there is no such item in the collection login")
+            throw KeychainError(.itemNotFound, "there is no such item in the collection \(collection)")
         }
         return row
     }
@@ -61,7 +62,7 @@ struct LoginCollection {
     func delete(_ id: ItemID) throws(KeychainError) {
         let ref = id.persistentRef
         guard try search(SecretServiceAttributes([:])).contains(where: { $0.persistentRef == ref }) else {
-            throw KeychainError(.itemNotFound, "there is no such item in the collection login")
+            throw KeychainError(.itemNotFound, "there is no such item in the collection \(collection)")
         }
         try keychain.delete(["v_PersistentRef": .data(ref)])
     }
@@ -99,6 +100,16 @@ struct ItemID: Hashable {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
         case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
         default: nil
+        }
+    }
+}
+
+extension StoredCollection {
+    /// Deletes every item of the collection that the caller holds, unopened (Collection.Delete,
+    /// which works while the keychain is locked, as item deletes do).
+    func deleteAll() throws(KeychainError) {
+        for row in try search(SecretServiceAttributes([:])) {
+            try keychain.delete(["v_PersistentRef": .data(row.persistentRef)])
         }
     }
 }
