@@ -123,6 +123,21 @@ struct SecretServiceCollectionTests {
         #expect(byA["search"] as? [String] == [item] && byA["default"] as? String == path)
     }
 
+    @Test func aCreatedCollectionIsLockedWhenKeychaindIs() throws {
+        let setup = try SecretServiceSetup(startBridge: false)
+        _ = try setup.startedBridge(["--protection", "ak"])
+        #expect(try setup.daemon.cli(["passcode", "set"], input: bytes("1234\n")).status == 0)
+        let path = try #require(try setup.pythonJSON("created_collections.py", ["create", "Lockable"])["path"] as? String)
+        let item = try #require(try setup.pythonJSON("created_collections.py", ["store", path, "locks"])["path"] as? String)
+        let before = try setup.pythonJSON("created_collections.py", ["locked", path, "locks"])
+        #expect(before["collection"] as? Bool == false && before["locked"] as? [String] == [])
+        #expect(try setup.daemon.cli(["lock"]).status == 0)
+        let after = try setup.pythonJSON("created_collections.py", ["locked", path, "locks"])
+        #expect(after["collection"] as? Bool == true)
+        #expect(after["locked"] as? [String] == [item])
+        #expect(after["secret"] as? String == "org.freedesktop.Secret.Error.IsLocked")
+    }
+
     /// The bridge answers Label from what it read before; a label changed by another keychain
     /// client must still show within the change check's period (a second), not the cache's age.
     @Test func aLabelChangedOutsideTheBridgeIsSeenAtTheNextReadsWithinTheChangeCheck() throws {

@@ -8,6 +8,8 @@
 #   create LABEL [ALIAS]    -> {"path": p}: a new collection (or the alias's, if it exists)
 #   store PATH NAME         -> {"path": p}: an item with owner=NAME in the collection at PATH
 #   delete PATH             -> {}: Collection.Delete of PATH
+#   locked PATH NAME        -> {"collection": its Locked, "locked": locked items with owner=NAME
+#                              (Service.SearchItems), "secret": the D-Bus error of their GetSecret}
 #   set-alias NAME PATH     -> {}: SetAlias(NAME, PATH) ("/" clears)
 #   probe PATH NAME         -> what this process sees: {"listed": PATH in Collections,
 #                              "label": its Label or the D-Bus error, "search": items with
@@ -22,6 +24,8 @@ from secretstorage.collection import Collection
 from secretstorage.collection import SERVICE_IFACE
 from secretstorage.defines import SS_PATH
 from secretstorage.exceptions import ItemNotFoundException
+from secretstorage.item import Item
+import secretstorage.util
 from secretstorage.util import DBusAddressWrapper
 
 LOGIN = "/org/freedesktop/secrets/collection/login"
@@ -97,6 +101,14 @@ def main():
     elif command == "delete":
         Collection(conn, sys.argv[2]).delete()
         print(json.dumps({}))
+    elif command == "locked":
+        path, name = sys.argv[2], sys.argv[3]
+        collection = Collection(conn, path)
+        unlocked, locked = service(conn).call("SearchItems", "a{ss}", {"owner": name})
+        session = secretstorage.util.open_session(conn)
+        # Item.get_secret checks Locked itself first; the bridge's own answer is wanted here.
+        secret = dbus_error(lambda: [Item(conn, p)._item.call("GetSecret", "o", session.object_path) for p in locked] and "ok")
+        print(json.dumps({"collection": collection.is_locked(), "locked": locked, "secret": secret}))
     elif command == "set-alias":
         service(conn).call("SetAlias", "so", sys.argv[2], sys.argv[3])
         print(json.dumps({}))
