@@ -11,14 +11,15 @@ extension SecretServiceBridge {
 
     /// The collections `sender` has: login, session, then its created ones, oldest first.
     func collectionNames(_ sender: String) throws -> [CollectionName] {
-        [.login, .session] + (try createdCollections(sender)).map(CollectionName.created)
+        [.login, .session] + (try collectionRecords(sender)).map { .created($0.id) }
     }
 
-    func createdCollections(_ sender: String) throws -> [ItemID] {
-        if case .collections(let ids)? = readCache.value(.collections, of: sender) { return ids }
-        let ids = try created(sender).all()
-        readCache.store(.collections(ids), .collections, of: sender)
-        return ids
+    /// The records of `sender`'s created collections, from the cache or one keychaind call.
+    func collectionRecords(_ sender: String) throws -> [CollectionRecord] {
+        if case .collectionRecords(let records)? = readCache.value(.collectionRecords, of: sender) { return records }
+        let records = try created(sender).all()
+        readCache.store(.collectionRecords(records), .collectionRecords, of: sender)
+        return records
     }
 
     /// Where `alias` points for `sender`: login and session are fixed; `default` is the
@@ -26,16 +27,17 @@ extension SecretServiceBridge {
     func resolveAlias(_ alias: String, sender: String) throws -> CollectionName? {
         if CreatedCollections.fixedAliases.contains(alias) { return CollectionName(fixedAlias: alias) }
         guard CreatedCollections.isValidAlias(alias) else { return nil }
-        if case .alias(let target)? = readCache.value(.alias(alias), of: sender) { return target }
-        let target: CollectionName? = try created(sender).target(ofAlias: alias).map(CollectionName.created)
-            ?? (alias == "default" ? .login : nil)
-        if let target { readCache.store(.alias(target), .alias(alias), of: sender) }
-        return target
+        if let holder = try collectionRecords(sender).first(where: { $0.holds(alias: alias) }) { return .created(holder.id) }
+        return alias == "default" ? .login : nil
     }
 
-    /// NoSuchObject unless `sender` has the collection `id`.
-    func requireCreated(_ id: ItemID, _ sender: String) throws {
-        guard try createdCollections(sender).contains(id) else { throw BusErrorReply.noSuchObject(CollectionName.created(id).path) }
+    /// The record of `sender`'s collection `id`; NoSuchObject if it has none.
+    @discardableResult
+    func requireCreated(_ id: ItemID, _ sender: String) throws -> CollectionRecord {
+        guard let record = try collectionRecords(sender).first(where: { $0.id == id }) else {
+            throw BusErrorReply.noSuchObject(CollectionName.created(id).path)
+        }
+        return record
     }
 
     /// CreateCollection(props, alias): an alias that resolves already returns its collection
@@ -53,6 +55,10 @@ extension SecretServiceBridge {
             return [.objectPath(existing.path), .objectPath("/")]
         }
         let label = properties[Self.collectionLabelProperty]?.stringValue ?? ""
+        // Each costs a keychaind search in every Service.SearchItems of this caller.
+        guard try collectionRecords(sender).count < CreatedCollections.maxPerCaller else {
+            throw BusErrorReply.limitsExceeded("an app may create at most \(CreatedCollections.maxPerCaller) collections; delete one first")
+        }
         let id = try created(sender).create(label: label, alias: alias)
         let collection = CollectionName.created(id)
         collectionsChanged("CollectionCreated", collection)
@@ -80,11 +86,11 @@ extension SecretServiceBridge {
         case .login? where alias != "default":
             throw BusErrorReply.notSupported("only default can name the login collection")
         case .created(let id)?:
-            try requireCreated(id, sender)
-            try created(sender).setAlias(alias, to: id)
+            let target = try requireCreated(id, sender)
+            try created(sender).setAlias(alias, among: try collectionRecords(sender), to: target)
         default:
             // "/" or login: the alias names no created collection (default reads as login again).
-            try created(sender).setAlias(alias, to: nil)
+            try created(sender).setAlias(alias, among: try collectionRecords(sender), to: nil)
         }
         readCache.removeAll()
         return []
@@ -96,7 +102,7 @@ extension SecretServiceBridge {
         guard case .created(let id) = collection else {
             throw BusErrorReply.notSupported("the collection \(collection.name) cannot be deleted; only collections made with CreateCollection can")
         }
-        try created(sender).delete(id)
+        try created(sender).delete(try requireCreated(id, sender))
         createdModified[id] = nil
         collectionsChanged("CollectionDeleted", collection)
         return [.objectPath("/")]
@@ -105,7 +111,7 @@ extension SecretServiceBridge {
     func setCollectionLabel(_ collection: CollectionName, _ value: BusValue, sender: String) throws {
         guard case .created(let id) = collection else { throw BusErrorReply.propertyReadOnly("Label") }
         guard let label = value.stringValue else { throw BusErrorReply.invalidArgs("Label is a string") }
-        try created(sender).setLabel(id, label)
+        try created(sender).setLabel(try requireCreated(id, sender), label)
         createdModified[id] = UInt64(Date().timeIntervalSince1970)
         readCache.removeAll()
         do {
@@ -127,8 +133,7 @@ extension SecretServiceBridge {
         case .session:
             values = ["Label": .string("Session"), "Locked": .bool(false), "Created": .uint64(0), "Modified": .uint64(0)]
         case .created(let id):
-            try requireCreated(id, sender)
-            let record = try created(sender).properties(id)
+            let record = try requireCreated(id, sender)
             values = ["Label": .string(record.label), "Created": .uint64(record.created),
                       "Modified": .uint64(max(record.modified, createdModified[id] ?? 0))]
             // One lock state: keychaind's, as for login.

@@ -1,20 +1,40 @@
 import KeychainClient
 import KeychainModel
 
+/// One created collection as its record holds it.
+struct CollectionRecord: Sendable, Equatable {
+    /// The record item's persistent reference (it changes when a backup is restored).
+    let persistentRef: [UInt8]
+    /// The collection's id: the 32 hex of its path element `c<id>` and of its items' service.
+    let id: ItemID
+    let label: String
+    /// Unix seconds.
+    let created: UInt64
+    let modified: UInt64
+    /// The record's attributes: its schema, `collection`, and `alias:NAME` = "1" per alias.
+    let attributes: [String: String]
+
+    func holds(alias: String) -> Bool { attributes[CreatedCollections.aliasAttribute(alias)] != nil }
+}
+
 /// The collections clients create (Service.CreateCollection), kept in keychaind so that they
 /// outlive the bridge and keychaind and travel in backups (docs/secret-service.md, "Created
 /// collections"). Each has a record: a Secret Service item of the reserved collection
 /// `collections` (no path names it, so no client reaches a record as an item) in the creator's
-/// first access group, whose label is the collection's label and whose attributes hold its
-/// aliases (`alias:NAME` = "1"). The collection is named by the record's id; its items are
-/// ordinary Secret Service items of svce "secret-service:c<id>". Every call is made for the
-/// D-Bus caller, so a collection, its aliases and its items exist only for apps that hold the
-/// record's group.
+/// first access group, whose label is the collection's label and whose attributes hold its id
+/// (`collection` = 32 random hex) and its aliases (`alias:NAME` = "1"). The id is in the record,
+/// not derived from the record's persistent id, since a restore gives items new persistent ids
+/// while the collection's items keep their service "secret-service:c<id>". Every call is made
+/// for the D-Bus caller, so a collection, its aliases and its items exist only for apps that
+/// hold the record's group.
 struct CreatedCollections {
     static let records = "collections"
     static let recordSchema = "org.keychaind.SecretService.Collection"
+    static let idAttribute = "collection"
     /// The aliases that always name the same collection (default is the one a client moves).
     static let fixedAliases: Set<String> = ["login", "session"]
+    /// Created collections per caller: each costs a keychaind search in every Service.SearchItems.
+    static let maxPerCaller = 64
 
     let keychain: DelegatedKeychain
 
@@ -22,86 +42,68 @@ struct CreatedCollections {
     /// a collection's Label should stay readable while the screen is locked.
     private var store: StoredCollection { StoredCollection(collection: Self.records, keychain: keychain, protection: "ck") }
 
-    /// The caller's collections, oldest first (one indexed listing, nothing opened).
-    func all() throws(KeychainError) -> [ItemID] {
-        try store.search(SecretServiceAttributes([:])).compactMap { ItemID(persistentRef: $0.persistentRef) }
+    /// The caller's records, oldest first: one keychaind call. Before keychaind's first unlock
+    /// they cannot be opened, and the caller has no created collections until then.
+    func all() throws(KeychainError) -> [CollectionRecord] {
+        let result: QueryResult
+        do {
+            result = try keychain.copyMatching([
+                "class": .string("genp"), "svce": .string(store.service), "r_Attributes": .bool(true),
+                "r_PersistentRef": .bool(true), "m_Limit": .string("m_LimitAll"),
+            ])
+        } catch where error.status == .itemNotFound || error.status == .interactionNotAllowed {
+            return []
+        }
+        guard case .list(let items) = result else { return [] }
+        var records: [CollectionRecord] = []
+        for case .attributes(let attributes) in items {
+            guard case .data(let ref)? = attributes["v_PersistentRef"], case .data(let xsat)? = attributes["xsat"],
+                  let pairs = try? SecretServiceAttributes(encoded: Array(xsat)).dictionary,
+                  let id = pairs[Self.idAttribute].flatMap(ItemID.init(hex:)) else { continue }
+            records.append(CollectionRecord(persistentRef: Array(ref), id: id, label: attributes["labl"]?.stringValue ?? "",
+                                            created: Self.unixTime(attributes["cdat"]), modified: Self.unixTime(attributes["mdat"]),
+                                            attributes: pairs))
+        }
+        return records.sorted { ($0.created, $0.id.hex) < ($1.created, $1.id.hex) }
     }
 
-    /// The caller's collection holding `alias`, or nil. Found by the attribute index, so it
-    /// answers while the keychain is locked.
-    func target(ofAlias alias: String) throws(KeychainError) -> ItemID? {
-        let pairs = try SecretServiceAttributes([Self.aliasAttribute(alias): "1"])
-        return try store.search(pairs).lazy.compactMap { ItemID(persistentRef: $0.persistentRef) }.first
-    }
-
+    /// A new collection with a random id, holding `alias` if it is not empty.
     func create(label: String, alias: String) throws(KeychainError) -> ItemID {
-        var pairs = ["xdg:schema": Self.recordSchema]
+        let id = ItemID.random()
+        var pairs = ["xdg:schema": Self.recordSchema, Self.idAttribute: id.hex]
         if !alias.isEmpty { pairs[Self.aliasAttribute(alias)] = "1" }
-        let created = try store.create(label: label, attributes: try SecretServiceAttributes(pairs), contentType: "text/plain",
-                                       secret: .empty, replace: false)
-        guard let id = ItemID(hex: created.id) else { throw KeychainError(.decode, "keychaind gave a collection record an id of another form") }
+        _ = try store.create(label: label, attributes: try SecretServiceAttributes(pairs), contentType: "text/plain",
+                             secret: .empty, replace: false)
         return id
     }
 
-    /// The record's label, Created and Modified (Unix seconds); a locked record answers "" for
-    /// its label. NoSuchObject for a collection the caller does not have.
-    func properties(_ id: ItemID) throws(KeychainError) -> (label: String, created: UInt64, modified: UInt64) {
-        do {
-            let attributes = try store.item(id)
-            return (attributes["labl"]?.stringValue ?? "", Self.unixTime(attributes["cdat"]), Self.unixTime(attributes["mdat"]))
-        } catch where error.status == .interactionNotAllowed {
-            let row = try store.row(id)
-            return ("", UInt64(max(0, row.created)), UInt64(max(0, row.modified)))
-        } catch where error.status == .itemNotFound {
-            throw Self.noSuchCollection(id)
-        }
+    func setLabel(_ record: CollectionRecord, _ label: String) throws(KeychainError) {
+        try keychain.update(["v_PersistentRef": .data(record.persistentRef)], ["labl": .string(label)])
     }
 
-    func setLabel(_ id: ItemID, _ label: String) throws(KeychainError) {
-        try translatingMissing(id) { () throws(KeychainError) in try store.update(id, ["labl": .string(label)]) }
-    }
-
-    /// Moves `alias` to collection `id` (nil: to none): off every record of the caller that
-    /// holds it, then onto `id`'s. Two writes, not one transaction: a failure between them
-    /// leaves the alias on no record, which reads as login for `default`.
-    func setAlias(_ alias: String, to id: ItemID?) throws(KeychainError) {
+    /// Moves `alias` to `target` (nil: to none): off every record that holds it, then onto
+    /// `target`'s. Two writes, not one transaction: a failure between them leaves the alias
+    /// on no record, which reads as login for `default`.
+    func setAlias(_ alias: String, among records: [CollectionRecord], to target: CollectionRecord?) throws(KeychainError) {
         let name = Self.aliasAttribute(alias)
-        let holders = try store.search(try SecretServiceAttributes([name: "1"])).compactMap { ItemID(persistentRef: $0.persistentRef) }
-        for holder in holders where holder != id {
-            try changeAttributes(holder) { $0[name] = nil }
+        for record in records where record.holds(alias: alias) && record.id != target?.id {
+            try rewriteAttributes(record) { $0[name] = nil }
         }
-        if let id, !holders.contains(id) {
-            try changeAttributes(id) { $0[name] = "1" }
+        if let target, !target.holds(alias: alias) {
+            try rewriteAttributes(target) { $0[name] = "1" }
         }
     }
 
-    /// Deletes the collection's items, then its record (and so its aliases).
-    func delete(_ id: ItemID) throws(KeychainError) {
-        _ = try translatingMissing(id) { () throws(KeychainError) in try store.row(id) }
-        try StoredCollection(collection: CollectionName.created(id).name, keychain: keychain, protection: "ck").deleteAll()
-        try translatingMissing(id) { () throws(KeychainError) in try store.delete(id) }
+    /// Deletes the collection's items (the caller's), then its record and so its aliases.
+    func delete(_ record: CollectionRecord) throws(KeychainError) {
+        try StoredCollection(collection: CollectionName.created(record.id).name, keychain: keychain, protection: "ck").deleteAll()
+        try keychain.delete(["v_PersistentRef": .data(record.persistentRef)])
     }
 
-    private func changeAttributes(_ id: ItemID, _ change: (inout [String: String]) -> Void) throws(KeychainError) {
-        let attributes = try store.item(id)
-        guard case .data(let encoded)? = attributes["xsat"] else {
-            throw KeychainError(.decode, "a collection record has no attributes")
-        }
-        var pairs = try SecretServiceAttributes(encoded: Array(encoded)).dictionary
+    private func rewriteAttributes(_ record: CollectionRecord, _ change: (inout [String: String]) -> Void) throws(KeychainError) {
+        var pairs = record.attributes
         change(&pairs)
-        try store.update(id, ["xsat": .data(try SecretServiceAttributes(pairs).encoded)])
-    }
-
-    private func translatingMissing<T>(_ id: ItemID, _ body: () throws(KeychainError) -> T) throws(KeychainError) -> T {
-        do {
-            return try body()
-        } catch where error.status == .itemNotFound {
-            throw Self.noSuchCollection(id)
-        }
-    }
-
-    static func noSuchCollection(_ id: ItemID) -> KeychainError {
-        KeychainError(.itemNotFound, "there is no collection \(CollectionName.created(id).path)")
+        try keychain.update(["v_PersistentRef": .data(record.persistentRef)], ["xsat": .data(try SecretServiceAttributes(pairs).encoded)])
     }
 
     static func aliasAttribute(_ alias: String) -> String { "alias:" + alias }

@@ -2,14 +2,14 @@ import DBus
 import Foundation
 
 /// What the bridge read from keychaind for one connection and may answer again without asking:
-/// an item's properties (Label, Attributes, Locked, Created, Modified: never its secret), the
-/// caller's created collections and where its aliases point. A secretstorage lookup asks for
+/// an item's properties (Label, Attributes, Locked, Created, Modified: never its secret) and
+/// the records of the caller's created collections (their labels, ids and aliases). A secretstorage lookup asks for
 /// Label and then Locked of the same item; both come from one keychaind call.
 ///
 /// Kept per connection, since what keychaind shows is decided by the caller's groups. Emptied
 /// when keychaind's generation or lock state moves (the change check sees that within its
-/// period, a second), at once when the bridge itself writes (an item's write drops that item's entries, a collection's or
-/// alias's drops all), locks or unlocks, and for one
+/// period, a second), at once when the bridge itself writes (an item's write drops that item's entries, a collection's
+/// or alias's change drops all), locks or unlocks, and for one
 /// connection when it leaves the bus. An entry also lapses after `maxAge`, which bounds what
 /// the generation cannot see: a process that execs another program keeps its connection, and
 /// an `ak` item's key goes after keychaind's grace period without a write.
@@ -21,14 +21,12 @@ struct ReadCache {
 
     enum Key: Hashable {
         case itemProperties(path: String)
-        case collections
-        case alias(String)
+        case collectionRecords
     }
 
     enum Value {
         case properties([String: BusValue])
-        case collections([ItemID])
-        case alias(CollectionName)
+        case collectionRecords([CollectionRecord])
     }
 
     private var entries: [String: [Key: (value: Value, stored: Double)]] = [:]
@@ -49,7 +47,7 @@ struct ReadCache {
     }
 
     /// One item changed through the bridge: its properties go for every connection (a
-    /// collection's list and aliases stay, which an item's change does not move).
+    /// collection's records stay, which an item's change does not move).
     mutating func remove(itemPath path: String) {
         for connection in Array(entries.keys) where entries[connection]?.removeValue(forKey: .itemProperties(path: path)) != nil {
             count -= 1

@@ -69,7 +69,7 @@ struct StoredCollection {
 }
 
 /// An item's path element: the 32 lowercase hex digits of its 16-byte persistent id.
-struct ItemID: Hashable {
+struct ItemID: Hashable, Sendable {
     let bytes: [UInt8]
 
     init?(hex: String) {
@@ -86,6 +86,16 @@ struct ItemID: Hashable {
     init?(persistentRef: [UInt8]) {
         guard persistentRef.count == 20, Array(persistentRef.prefix(4)) == Array("genp".utf8) else { return nil }
         bytes = Array(persistentRef.dropFirst(4))
+    }
+
+    private init(bytes: [UInt8]) {
+        self.bytes = bytes
+    }
+
+    /// 16 random bytes: a created collection's id (not a secret; unique without a counter).
+    static func random() -> ItemID {
+        var generator = SystemRandomNumberGenerator()
+        return ItemID(bytes: (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) })
     }
 
     var persistentRef: [UInt8] { Array("genp".utf8) + bytes }

@@ -39,6 +39,22 @@ struct SecretServiceCollectionTests {
         #expect(list.contains("secret-service:" + (path.split(separator: "/").last.map(String.init) ?? "?")), "\(list)")
     }
 
+    /// A restore gives every item a new persistent id: the collection's id must not be one.
+    @Test func aCollectionAndItsItemsComeBackFromABackupRestoredOnAnotherKeychain() throws {
+        let first = try SecretServiceSetup()
+        let path = try #require(try first.pythonJSON("created_collections.py", ["create", "Carried", "carried"])["path"] as? String)
+        _ = try first.pythonJSON("created_collections.py", ["store", path, "carried"])
+        let file = first.daemon.root + "/backup.kcb"
+        let password = bytes("correct horse battery")
+        #expect(try first.daemon.cli(["backup", "--out", file], input: password + [10]).status == 0)
+        let second = try SecretServiceSetup()
+        #expect(try second.daemon.cli(["restore", file], input: password + [10]).status == 0)
+        let seen = try second.pythonJSON("created_collections.py", ["probe", path, "carried"])
+        #expect(seen["listed"] as? Bool == true && seen["label"] as? String == "Carried", "\(seen)")
+        #expect((seen["search"] as? [String])?.count == 1, "\(seen)")
+        #expect(try second.pythonJSON("created_collections.py", ["create", "Again", "carried"])["path"] as? String == path)
+    }
+
     @Test func setAliasRepointsDefaultPersistentlyAndSlashClearsIt() throws {
         let setup = try SecretServiceSetup()
         let path = try #require(try setup.pythonJSON("created_collections.py", ["create", "Work"])["path"] as? String)
@@ -91,6 +107,14 @@ struct SecretServiceCollectionTests {
             #expect(try setup.python("created_collections.py", ["delete", path]).status == 0)
         }
         #expect(deleted.lines.first == "org.freedesktop.Secret.Service.CollectionDeleted /org/freedesktop/secrets \(path)", "\(deleted.lines)")
+    }
+
+    /// Each created collection costs a keychaind search in every Service.SearchItems of its app.
+    @Test func anAppMayCreateAtMost64Collections() throws {
+        let setup = try SecretServiceSetup()
+        let filled = try setup.pythonJSON("created_collections.py", ["fill", "70"])
+        #expect(filled["made"] as? Int == 64)
+        #expect(filled["error"] as? String == "org.freedesktop.DBus.Error.LimitsExceeded")
     }
 
     @Test func aCollectionOfOneAppIsInvisibleToAnotherTheConfigSeparates() throws {

@@ -6,6 +6,8 @@
 #                              each and in the service, relabel, delete it with its item; the
 #                              login collection cannot be deleted
 #   create LABEL [ALIAS]    -> {"path": p}: a new collection (or the alias's, if it exists)
+#   fill N                  -> {"made": collections made before a CreateCollection failed (at most
+#                              N), "error": that D-Bus error or null}
 #   store PATH NAME         -> {"path": p}: an item with owner=NAME in the collection at PATH
 #   delete PATH             -> {}: Collection.Delete of PATH
 #   locked PATH NAME        -> {"collection": its Locked, "locked": locked items with owner=NAME
@@ -94,6 +96,14 @@ def main():
     elif command == "create":
         alias = sys.argv[3] if len(sys.argv) > 3 else ""
         print(json.dumps({"path": secretstorage.create_collection(conn, sys.argv[2], alias).collection_path}))
+    elif command == "fill":
+        made, error = 0, None
+        for n in range(int(sys.argv[2])):
+            error = dbus_error(lambda: service(conn).call("CreateCollection", "a{sv}s", {}, "") and None)
+            if error is not None:
+                break
+            made += 1
+        print(json.dumps({"made": made, "error": error}))
     elif command == "store":
         collection = Collection(conn, sys.argv[2])
         item = collection.create_item("stored", {"owner": sys.argv[3]}, b"ok")
