@@ -81,6 +81,12 @@ public struct SyncCircleTable {
         try db.run("UPDATE sync_circle SET cursor = ? WHERE id = 1", [.int(cursor)])
     }
 
+    /// When a pull that read every row reached the end (ms since 2001): from then on a
+    /// writer's counters only rise after the cursor.
+    public func setLastFullPull(_ mdat: Int64) throws(KeychainError) {
+        try db.run("UPDATE sync_circle SET last_full_pull = ? WHERE id = 1", [.int(mdat)])
+    }
+
     public func setState(_ state: String) throws(KeychainError) {
         try db.run("UPDATE sync_circle SET state = ? WHERE id = 1", [.text(state)])
     }

@@ -12,6 +12,7 @@ extension ItemStore {
     func queueSync(inserted row: ItemRow) throws(KeychainError) {
         guard row.sync != 0, Self.maySync(row) else { return }
         try syncOutbox.queueVersion(item: row.rowid)
+        syncQueuedChanges &+= 1
     }
 
     /// After `old` was replaced by `new` (same rowid). A change of primary key or of sync
@@ -25,7 +26,10 @@ extension ItemStore {
             }
             if new.sync == 0 { try syncOutbox.dequeueVersion(item: old.rowid) }
         }
-        if new.sync != 0, Self.maySync(new) { try syncOutbox.queueVersion(item: new.rowid) }
+        if new.sync != 0, Self.maySync(new) {
+            try syncOutbox.queueVersion(item: new.rowid)
+            syncQueuedChanges &+= 1
+        }
     }
 
     /// Before `row` is deleted. Only a record the circle has seen needs a tombstone; an item
@@ -58,6 +62,7 @@ extension ItemStore {
         let mdat = SyncVersion.stampedMdat(now: Self.milliseconds(now()), previous: previous)
         try syncOutbox.queueTombstone(SyncTombstone(itemClass: row.itemClass, protection: pdmn,
                                                     identity: codec.identity(of: row), blob: row.blob, mdat: mdat))
+        syncQueuedChanges &+= 1
     }
 
     /// Never a ThisDeviceOnly row, even one edited to say sync = 1 (adds and updates refuse

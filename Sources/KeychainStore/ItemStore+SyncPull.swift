@@ -104,6 +104,15 @@ extension ItemStore {
         }
     }
 
+    /// Records that a pull reading every row (mode everyRow) reached the end of the store:
+    /// later pulls run afterCursor, where an old counter of a writer is a replay.
+    public func syncFullPullEnded(at mdat: Int64) throws(KeychainError) {
+        try database.transaction { () throws(KeychainError) in try SyncCircleTable(database).setLastFullPull(mdat) }
+    }
+
+    /// Rows waiting in the inbox for their class key, for status.
+    public func syncInboxCount() throws(KeychainError) -> Int { try SyncInboxTable(database).count() }
+
     /// The row opened, or nil for anything but a record sealed by a member for exactly this
     /// row: its circle, epoch, record id and version.
     static func open(_ row: SyncRecordRow, circleKey: SyncCircleKey) -> SyncRecordContents? {

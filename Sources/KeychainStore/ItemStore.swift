@@ -20,6 +20,10 @@ public final class ItemStore {
     var keybag: Keybag
     /// CFAbsoluteTime now; injectable so that date rules are tested without sleeping.
     var now: () -> Double
+    /// Outbox entries queued since the store opened (rolled-back ones included): the daemon
+    /// compares it after a write to wake the sync thread, at the cost of one compare for the
+    /// writes that queue nothing.
+    public internal(set) var syncQueuedChanges: UInt64 = 0
     /// Where the clean-stop record goes when the store closes; set only once a start has
     /// passed every check, so that a refused start never vouches for the database.
     private var generationRecord: GenerationRecordFile?
