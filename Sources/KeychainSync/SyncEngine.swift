@@ -1,0 +1,176 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import KeychainCrypto
+import KeychainModel
+import KeychainStore
+import Synchronization
+
+/// What the passes did, for `keychain sync status` (op 32). Totals since the engine was made.
+public struct SyncPassTotals: Sendable, Equatable {
+    /// Rows the store committed from this device's outbox.
+    public var pushed = 0
+    /// Rows read from the store after the cursor (malformed ones included).
+    public var pulled = 0
+    /// Pulled rows that changed an item here (or confirmed its absence), inbox rows included.
+    public var applied = 0
+    /// Pulled rows refused: not opening under the circle key, replays, malformed rows.
+    public var rejected = 0
+    /// Pulled rows that went to the inbox to wait for their class key.
+    public var deferred = 0
+
+    public init() {}
+}
+
+/// One sync pass (docs/sync.md, 7.2), run by the SyncLoop on each wake-up: membership
+/// refresh, push of the outbox, pull after the cursor, the inbox after an unlock, and
+/// housekeeping on its interval. Every step reaches the local store through `store`, which
+/// takes the store's lock for that step alone, so no PostgreSQL statement runs under it.
+public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
+    /// The most outbox entries sealed for one push (the store splits them the same way).
+    public static var pushLimit: Int { SyncDatabase.pushBatchLimit }
+    /// The most rows one pull reads and one local transaction applies.
+    public static var pullLimit: Int { 1000 }
+    /// How long a tombstone stays in the store (section 5): a device offline longer than
+    /// this misses the delete.
+    public static var tombstoneLifetimeMs: Int64 { 60 * 24 * 3600 * 1000 }
+
+    private struct Shared {
+        var totals = SyncPassTotals()
+        /// When housekeeping last ran (monotonic); nil before the first pass.
+        var lastHousekeeping: ContinuousClock.Instant?
+    }
+
+    private let store: Store
+    private let housekeepingInterval: Duration
+    private let shared = Mutex(Shared())
+
+    public init(store: Store, housekeepingInterval: Duration = .seconds(3600)) {
+        self.store = store
+        self.housekeepingInterval = housekeepingInterval
+    }
+
+    public var totals: SyncPassTotals { shared.withLock { $0.totals } }
+
+    /// The pass (SyncLoop.Pass). A pending device refreshes only; a forked one stops at
+    /// once with the reason; a circle that moved to another epoch ends the pass after what
+    /// was pushed before it was found (the rows of the old epoch wait in the outbox).
+    public func pass(_ database: SyncDatabase) throws(KeychainError) {
+        switch try SyncMembership.refresh(store: store, database: database) {
+        case .notInCircle:
+            throw KeychainError(.notAvailable, "this keychain is in no sync circle")
+        case .forked(let why):
+            throw KeychainError(.decode, "sync is stopped: \(why)")
+        case .verified, .becameMember:
+            break
+        }
+        // Read afresh each pass: a rotation (slice 7) changes the epoch and resets the cursor.
+        guard let member = try memberState() else { return }
+        try push(member, database)
+        try pull(member, database)
+        try applyInbox(member)
+        try housekeep(member, database)
+    }
+
+    /// What a member's pass needs from the store; nil while this device is pending.
+    private struct Member: Sendable {
+        let identity: SyncDeviceIdentity
+        let key: SyncCircleKey
+    }
+
+    private func memberState() throws(KeychainError) -> Member? {
+        try store.withStore { (s) throws(KeychainError) -> Member? in
+            guard let circle = try s.syncCircle(), circle.state == SyncCircleState.member else { return nil }
+            guard let identity = try s.syncIdentity() else {
+                throw KeychainError(.decode, "this keychain is in a sync circle but has no sync identity: its state was altered")
+            }
+            guard let key = try s.syncCircleKey(epoch: circle.epoch) else {
+                throw KeychainError(.notAvailable, "this device holds no circle key for epoch \(circle.epoch) yet")
+            }
+            return Member(identity: identity, key: key)
+        }
+    }
+
+    /// Pushes the outbox in batches until it gives nothing more. Each batch is sealed (and
+    /// numbered) under the lock, sent without it, and removed from the outbox under it once
+    /// the store committed it: a pass cut short anywhere resends the same versions.
+    private func push(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
+        let writer = member.identity.id
+        while true {
+            let batch = try store.withStore { (s) throws(KeychainError) -> Outgoing? in
+                let records = try s.syncOutgoing(circleKey: member.key, writer: writer, limit: Self.pushLimit)
+                guard let last = records.map(\.row.version.counter).max() else { return nil }
+                guard let roster = try s.syncRoster() else { throw KeychainError(.notAvailable, "this keychain is in no sync circle") }
+                return Outgoing(records: records, head: SyncHead.signed(by: member.identity, counter: last, roster: roster))
+            }
+            guard let batch else { return }
+            switch try database.push(circleID: member.key.circleID, epoch: member.key.epoch,
+                                     rows: batch.records.map(\.row), head: batch.head) {
+            case .epochMoved(let current):
+                throw KeychainError(.notAvailable, "the circle moved to epoch \(current) (this device is at \(member.key.epoch)): its changes wait until it holds the new key")
+            case .pushed:
+                // A lost record (the store holds a later version) needs nothing here: the pull
+                // that follows brings the winner.
+                try store.withStore { (s) throws(KeychainError) in try s.syncPushed(batch.records) }
+                shared.withLock { $0.totals.pushed += batch.records.count }
+            }
+        }
+    }
+
+    private struct Outgoing: Sendable {
+        let records: [SyncOutgoingRecord]
+        let head: SyncHead
+    }
+
+    /// Pulls after the cursor in batches, each applied with its cursor in one local
+    /// transaction, until the store has no more. Until a pull from the start has once
+    /// reached the end, every row is read as part of a full pull (older counters of a writer
+    /// legitimately appear), and replays are told only after it.
+    private func pull(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
+        guard let circle = try store.withStore({ (s) throws(KeychainError) in try s.syncCircle() }) else { return }
+        let mode: SyncPullMode = circle.cursor == 0 || circle.lastFullPull == nil ? .everyRow : .afterCursor
+        var cursor = circle.cursor
+        while true {
+            let batch = try database.pull(circleID: member.key.circleID, after: cursor, limit: Self.pullLimit)
+            let report = try store.withStore { (s) throws(KeychainError) in
+                try s.syncApply(batch.rows, circleKey: member.key, writer: member.identity.id, mode: mode, cursor: batch.lastSeq)
+            }
+            shared.withLock { s in
+                s.totals.pulled += batch.rows.count + batch.malformed
+                s.totals.applied += report.applied
+                s.totals.rejected += report.rejected + batch.malformed
+                s.totals.deferred += report.deferred
+            }
+            cursor = batch.lastSeq
+            if batch.reachedEnd { break }
+        }
+        if mode == .everyRow {
+            try store.withStore { (s) throws(KeychainError) in try s.syncFullPullEnded(at: SyncMembership.now()) }
+        }
+    }
+
+    /// Rows that waited for their class key, once it is loaded (syncApplyInbox commits
+    /// nothing while every one still waits).
+    private func applyInbox(_ member: Member) throws(KeychainError) {
+        let report = try store.withStore { (s) throws(KeychainError) -> SyncApplyReport in
+            guard try s.syncInboxCount() > 0 else { return SyncApplyReport() }
+            return try s.syncApplyInbox(circleKey: member.key, writer: member.identity.id)
+        }
+        shared.withLock { s in
+            s.totals.applied += report.applied
+            s.totals.rejected += report.rejected
+        }
+    }
+
+    /// Expires the circle's old tombstones, at most once per `housekeepingInterval`.
+    private func housekeep(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
+        let now = ContinuousClock.now
+        let due = shared.withLock { s in
+            guard let last = s.lastHousekeeping else { return true }
+            return now - last >= housekeepingInterval
+        }
+        guard due else { return }
+        _ = try database.expireTombstones(circleID: member.key.circleID, olderThan: SyncMembership.now() - Self.tombstoneLifetimeMs)
+        shared.withLock { $0.lastHousekeeping = now }
+    }
+}
