@@ -64,6 +64,8 @@ public enum Request: Sendable, Equatable {
     case syncApprove(device: String)
     /// The circle's members and the devices waiting to join.
     case syncDevices
+    /// Runs a sync pass now and answers when it has finished (caught up) or failed.
+    case syncNow
 
     /// The longest fingerprint text accepted (32 digits with spaces between groups, and some slack).
     public static let maxFingerprintTextBytes = 128
@@ -82,8 +84,8 @@ public enum Request: Sendable, Equatable {
         case asCaller = 16, attributeSearch = 17, attributeAdd = 18, portalSecret = 19
         case keyGenerate = 24, keyPublic = 25, keySign = 26, keyVerify = 27, keyAgree = 28
         case keyEncrypt = 29, keyDecrypt = 30
-        // 32-39: sync (issue 18); 36 remove, 38 leave, 39 now are not built yet.
-        case syncStatus = 32, syncCreate = 33, syncJoin = 34, syncApprove = 35, syncDevices = 37
+        // 32-39: sync (issue 18); 36 remove and 38 leave are not built yet.
+        case syncStatus = 32, syncCreate = 33, syncJoin = 34, syncApprove = 35, syncDevices = 37, syncNow = 39
     }
 
     public var operation: Operation {
@@ -119,6 +121,7 @@ public enum Request: Sendable, Equatable {
         case .syncJoin: .syncJoin
         case .syncApprove: .syncApprove
         case .syncDevices: .syncDevices
+        case .syncNow: .syncNow
         }
     }
 
@@ -148,7 +151,7 @@ public enum Request: Sendable, Equatable {
     /// The sync calls: they talk to PostgreSQL, so they never run under the store's lock.
     public var isSync: Bool {
         switch self {
-        case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices: true
+        case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices, .syncNow: true
         default: false
         }
     }
@@ -230,7 +233,7 @@ public enum WireCodec {
              .keyEncrypt(let q, let c), .keyDecrypt(let q, let c):
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
-        case .status, .lock, .syncStatus, .syncDevices:
+        case .status, .lock, .syncStatus, .syncDevices, .syncNow:
             break
         case .syncCreate(let name):
             w.lengthPrefixed(name.utf8)
@@ -368,6 +371,7 @@ public enum WireCodec {
             request = .portalSecret(appID: appID)
         case .syncStatus: request = .syncStatus
         case .syncDevices: request = .syncDevices
+        case .syncNow: request = .syncNow
         case .syncCreate: request = .syncCreate(name: try deviceName(&r))
         case .syncJoin:
             let circle = try fingerprintText(&r)

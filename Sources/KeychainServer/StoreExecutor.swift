@@ -31,6 +31,8 @@ final class StoreExecutor: Sendable {
         /// Answers to writes that another writer's group committed, until their writers
         /// take them.
         var answered: [UInt64: Response] = [:]
+        /// The store's syncQueuedChanges when the sync thread was last woken for it.
+        var syncQueuedSeen: UInt64 = 0
     }
 
     private struct WriteQueue {
@@ -67,7 +69,7 @@ final class StoreExecutor: Sendable {
     /// busy is kept, not lost.
     private let timerWake = DispatchSemaphore(value: 0)
 
-    /// The sync membership calls, which talk to PostgreSQL between short holds of the lock.
+    /// The sync calls and the sync thread, which talk to PostgreSQL between short holds of the lock.
     private let sync: SyncCalls
 
     /// Whether any application is told apart by its executable. Only then does each request
@@ -76,8 +78,9 @@ final class StoreExecutor: Sendable {
     var identifiesByExecutable: Bool { executablesMatter.load(ordering: .relaxed) }
 
     init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
-         syncDatabase: String? = nil, log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
-        sync = SyncCalls(database: syncDatabase)
+         syncDatabase: String? = nil, syncTiming: SyncLoop.Timing = SyncLoop.Timing(),
+         log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
+        sync = SyncCalls(database: syncDatabase, timing: syncTiming, log: log)
         let reader = itemStore.splitReader
         store = PthreadMutex(Store(handler: try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)))
         settings = PthreadMutex(Settings(policy: policy, audit: audit, reader: reader))
@@ -85,6 +88,7 @@ final class StoreExecutor: Sendable {
         let thread = Thread { [self] in self.runTimer() }
         thread.name = "keychaind-lock-timer"
         thread.start()
+        sync.loop.startIfReady(store: LockedStore(executor: self))
     }
 
     /// A lock event from the host (a signal, a session-lock hook).
@@ -155,6 +159,15 @@ final class StoreExecutor: Sendable {
         if request.derivesKey {
             let response = deriving(request, from: caller, policy: policy)
             timerWake.signal()
+            switch request {
+            case .unlock:
+                // ck, which the sync thread waits for, may be loaded now; rows that waited in
+                // the inbox for a class key can be applied.
+                sync.loop.startIfReady(store: LockedStore(executor: self))
+                sync.loop.wake()
+            case .restoreCommit: sync.loop.wake()  // restored synchronizable items queue pushes
+            default: break
+            }
             return response
         }
         guard request.writesItems else {
@@ -168,9 +181,9 @@ final class StoreExecutor: Sendable {
             queue.pending.append(Write(id: queue.lastID, request: request, caller: caller, policy: policy))
             return queue.lastID
         }
-        return store.withLock { store in
-            // Committed by the previous holder's group.
-            if let response = store.answered.removeValue(forKey: id) { return response }
+        let (response, queuedSync) = store.withLock { (store) -> (Response, Bool) in
+            // Committed by the previous holder's group (which woke the sync thread if needed).
+            if let response = store.answered.removeValue(forKey: id) { return (response, false) }
             // Ours is among these: it was queued before this lock was taken, and not answered.
             let group = writes.withLock { queue in
                 defer { queue.pending.removeAll(keepingCapacity: true) }
@@ -187,8 +200,13 @@ final class StoreExecutor: Sendable {
             for (write, response) in zip(group, responses) {
                 if write.id == id { own = response } else { store.answered[write.id] = response }
             }
-            return own
+            // One compare for a write of sync = 0 items: only a queued push wakes the sync thread.
+            guard let queued = store.handler?.store.syncQueuedChanges, queued != store.syncQueuedSeen else { return (own, false) }
+            store.syncQueuedSeen = queued
+            return (own, true)
         }
+        if queuedSync { sync.loop.wake() }
+        return response
     }
 
     /// A call that runs Argon2id holds the store's lock only to check it and copy what it needs,
@@ -296,7 +314,7 @@ final class StoreExecutor: Sendable {
 
     /// The store as the sync calls see it: each step takes the store's lock and releases it,
     /// so no PostgreSQL statement ever runs under it.
-    private struct LockedStore: SyncLocalStore {
+    struct LockedStore: SyncLocalStore, Sendable {
         let executor: StoreExecutor
 
         func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T {
@@ -317,6 +335,8 @@ final class StoreExecutor: Sendable {
     /// Releases the store once in-flight calls are done (its class keys are zeroed as the last
     /// references go). Later calls are told the daemon is stopping; the timer thread ends.
     func stop() {
+        // First, so that no pass is cut by the store going away under it.
+        sync.loop.stop()
         settings.withLock { $0.reader = nil }
         store.withLock { $0.handler = nil }
         timerWake.signal()

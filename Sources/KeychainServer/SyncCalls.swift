@@ -5,35 +5,56 @@ import KeychainStore
 import KeychainSync
 import Synchronization
 
-/// The sync membership calls (ops 32-35, 37; docs/sync.md 7.4). Each opens its own short-lived
-/// PostgreSQL connection (they are rare admin calls) and reaches the store only through
-/// `store`, which takes the store's lock for one step at a time: never across a statement.
+/// The sync calls (ops 32-35, 37, 39; docs/sync.md 7.4). The membership calls each open their
+/// own short-lived PostgreSQL connection (they are rare admin calls); `sync now` asks the sync
+/// thread for a pass. They reach the store only through `store`, which takes the store's lock
+/// for one step at a time: never across a statement.
 final class SyncCalls: Sendable {
     /// The libpq conninfo of `[sync] database`; nil: sync is not configured.
     let database: String?
+    /// The sync thread, once it can run.
+    let loop: DaemonSyncLoop
+    /// The longest `sync now` waits for its pass (the client's own timeout is 60 s).
+    static let syncNowTimeout: Duration = .seconds(30)
     /// The last failure of a call that talked to the database, for status (no secret in it:
     /// messages of KeychainSync never carry keys or the conninfo's password).
     private let lastError = Mutex<String?>(nil)
 
-    init(database: String?) { self.database = database }
+    init(database: String?, timing: SyncLoop.Timing = SyncLoop.Timing(), log: @escaping @Sendable (String) -> Void = { _ in }) {
+        self.database = database
+        loop = DaemonSyncLoop(database: database, timing: timing, log: log)
+    }
 
     static let notConfigured = KeychainError(.notAvailable,
         "sync is not configured: set `database` in the [sync] section of keychaind.toml (a libpq conninfo without a password)")
 
-    func run(_ request: Request, store: some SyncLocalStore) -> Response {
+    func run<Store: SyncLocalStore & Sendable>(_ request: Request, store: Store) -> Response {
+        let response = answer(request, store: store)
+        // Create and join make a circle row; a status may have found this device approved.
+        loop.startIfReady(store: store)
+        if request != .syncNow { loop.wake() }
+        return response
+    }
+
+    private func answer(_ request: Request, store: some SyncLocalStore) -> Response {
         do throws(KeychainError) {
             guard database != nil else { throw Self.notConfigured }
             switch request {
+            case .syncNow:
+                guard try loop.runPassNow(timeout: Self.syncNowTimeout) else { throw try notRunning(store) }
+                return Response()
             case .syncStatus:
-                // A status refreshes the roster first when it can (a pending device learns it was
-                // approved this way until the sync loop exists); failing that it still answers,
-                // with the failure as its last error.
+                // A status refreshes the roster first when it can (a pending device learns at
+                // once that it was approved); failing that it still answers, with the failure as
+                // its last error.
                 if (try store.withStore { (s) throws(KeychainError) in try s.syncCircle() }) != nil {
                     _ = try? talking { (db) throws(KeychainError) in
                         if case .forked(let why) = try SyncMembership.refresh(store: store, database: db) { noteError(why) }
                     }
                 }
-                return Response(result: .single(.attributes(statusAttributes(try SyncMembership.status(store: store)))))
+                let report = try SyncMembership.status(store: store)
+                let inbox = try store.withStore { (s) throws(KeychainError) in try s.syncInboxCount() }
+                return Response(result: .single(.attributes(statusAttributes(report, inbox: inbox))))
             case .syncCreate(let name):
                 let made = try talking { (db) throws(KeychainError) in try SyncMembership.create(name: name, store: store, database: db) }
                 return Response(result: .single(.attributes(["circle": .string(made.circle.digits), "device": .string(made.device.digits)])))
@@ -77,14 +98,45 @@ final class SyncCalls: Sendable {
 
     private func noteError(_ message: String?) { lastError.withLock { $0 = message } }
 
-    private func statusAttributes(_ report: SyncStatusReport) -> AttributeDictionary {
+    /// Why no sync thread runs, as `sync now`'s error.
+    private func notRunning(_ store: some SyncLocalStore) throws(KeychainError) -> KeychainError {
+        switch try SyncMembership.status(store: store).state {
+        case "off": KeychainError(.notAvailable, "this keychain is in no sync circle: `keychain sync create` or `keychain sync join`")
+        case "waitingForUnlock": KeychainError(.interactionNotAllowed, "sync starts at the first unlock since keychaind started: `keychain unlock`")
+        case SyncCircleState.forked: KeychainError(.decode, "sync is stopped: the sync database's roster disagrees with the one this device verified")
+        default: KeychainError(.notAvailable, "the sync thread is not running (see keychaind's log)")
+        }
+    }
+
+    /// The sync thread's state: off, waitingForUnlock, pending, forked, or (for a member)
+    /// the loop's connecting, ok or error.
+    private static func loopState(_ membership: String, _ loop: DaemonSyncLoop.Report?) -> String {
+        switch membership {
+        case "off", "waitingForUnlock", SyncCircleState.pending, SyncCircleState.forked: membership
+        default: loop?.status.state.rawValue ?? "off"
+        }
+    }
+
+    private func statusAttributes(_ report: SyncStatusReport, inbox: Int) -> AttributeDictionary {
         var out: AttributeDictionary = [
             "state": .string(report.state), "epoch": .int(Int64(report.epoch)),
             "members": .int(Int64(report.members)), "outbox": .int(Int64(report.outbox)),
         ]
         if let circle = report.circleFingerprint { out["circle"] = .string(circle.digits) }
         if let device = report.deviceFingerprint { out["device"] = .string(device.digits) }
-        if let error = lastError.withLock({ $0 }) { out["last_error"] = .string(error) }
+        let running = loop.report
+        out["loop"] = .string(Self.loopState(report.state, running))
+        out["inbox"] = .int(Int64(inbox))
+        if let running {
+            let totals = running.totals
+            out["pushed"] = .int(Int64(totals.pushed))
+            out["pulled"] = .int(Int64(totals.pulled))
+            out["applied"] = .int(Int64(totals.applied))
+            out["rejected"] = .int(Int64(totals.rejected))
+            if let last = running.status.lastSuccessfulPass { out["last_pass"] = .int(last) }
+        }
+        // The thread's error while it runs (nil once a pass succeeds), else the last call's.
+        if let error = running.map({ $0.status.lastError }) ?? lastError.withLock({ $0 }) { out["last_error"] = .string(error) }
         return out
     }
 

@@ -21,7 +21,7 @@ struct WireCodecTests {
         .attributeSearch(collection: "session_2", exact: true, pairs: try! SecretServiceAttributes([:])),
         .attributeAdd(["class": .string("genp"), "xsat": .data([0, 0, 0, 0])], replace: true),
         .portalSecret(appID: "org.example.App"),
-        .syncStatus, .syncDevices, .syncCreate(name: "laptop"),
+        .syncStatus, .syncDevices, .syncNow, .syncCreate(name: "laptop"),
         .syncJoin(circle: "0421 7730 9912 0000 1111 2222 3333 4444", name: "desk"),
         .syncApprove(device: String(repeating: "7", count: 32)),
     ]
