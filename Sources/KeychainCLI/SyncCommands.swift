@@ -4,15 +4,15 @@ import Glibc
 import KeychainClient
 import KeychainModel
 
-/// `keychain sync status|create|join|approve|devices` (docs/sync.md, 7.4): membership of a
-/// sync circle through keychaind, which alone talks to the database.
+/// `keychain sync status|create|join|approve|devices|now` (docs/sync.md, 7.4): membership of
+/// a sync circle, and its sync thread, through keychaind, which alone talks to the database.
 enum SyncCommands {
     static let nameOption: [(name: String, help: String)] = [
         ("name", "This device's name as other members see it (at most 64 bytes; default: the host name)."),
     ]
 
     static let commands: [Command] = [
-        Command(spec: CommandSpec(name: "sync status", summary: "Show this device's sync state, the circle's and its own fingerprints, epoch and members.",
+        Command(spec: CommandSpec(name: "sync status", summary: "Show this device's sync state, the circle's and its own fingerprints, epoch, members and the sync thread's progress.",
                                   options: globalOptions, flags: jsonFlag)) { c in
             let s = try c.connection().syncStatus()
             var info: AttributeDictionary = ["state": .string(s.state), "epoch": .int(Int64(s.epoch)),
@@ -20,6 +20,13 @@ enum SyncCommands {
             if let circle = s.circleFingerprint { info["circle"] = .string(circle) }
             if let device = s.deviceFingerprint { info["device"] = .string(device) }
             if let error = s.lastError { info["last_error"] = .string(error) }
+            info["loop"] = .string(s.loop)
+            info["inbox"] = .int(Int64(s.inbox))
+            info["pushed"] = .int(Int64(s.pushed))
+            info["pulled"] = .int(Int64(s.pulled))
+            info["applied"] = .int(Int64(s.applied))
+            info["rejected"] = .int(Int64(s.rejected))
+            if let last = s.lastPass { info["last_pass"] = .int(last) }
             if c.json {
                 Output.line(JSON.attributes(info))
                 return
@@ -30,6 +37,10 @@ enum SyncCommands {
             Output.line("epoch: \(s.epoch)")
             Output.line("members: \(s.members)")
             Output.line("outbox: \(s.outbox)")
+            Output.line("sync: \(s.loop)")
+            if let last = s.lastPass { Output.line("last pass: \(dateText(last))") }
+            Output.line("inbox: \(s.inbox)")
+            Output.line("pushed: \(s.pushed), pulled: \(s.pulled), applied: \(s.applied), rejected: \(s.rejected)")
             if let error = s.lastError { Output.line("last error: \(error)") }
         },
         Command(spec: CommandSpec(name: "sync create", summary: "Found a sync circle in the configured database and print its fingerprint (admin).",
@@ -75,7 +86,22 @@ enum SyncCommands {
                 Output.line("\(d.isMember ? "member " : "pending") \(grouped(d.fingerprint))  \(d.name)")
             }
         },
+        Command(spec: CommandSpec(name: "sync now", summary: "Push and pull now; returns once this device has caught up with the circle.",
+                                  options: globalOptions, flags: [])) { c in
+            try c.connection().syncNow()
+            Output.line("caught up")
+        },
     ]
+
+    /// Ms since 2001 as UTC, to the second.
+    static func dateText(_ ms: Int64) -> String {
+        var t = time_t(ms / 1000 + 978_307_200)
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        var buffer = [CChar](repeating: 0, count: 32)
+        let n = strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%SZ", &parts)
+        return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
 
     static func attributes(_ d: SyncDevice) -> AttributeDictionary {
         ["id": .string(d.id), "fingerprint": .string(d.fingerprint), "name": .string(d.name), "member": .bool(d.isMember)]

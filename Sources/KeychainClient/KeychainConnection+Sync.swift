@@ -14,6 +14,18 @@ public struct SyncStatus: Sendable, Equatable {
     /// Local changes waiting to be pushed.
     public var outbox: Int
     public var lastError: String?
+    /// The sync thread: off, waitingForUnlock, pending, connecting, ok, error or forked.
+    public var loop: String = "off"
+    /// When the sync thread's last pass succeeded, in ms since 2001; nil before the first.
+    public var lastPass: Int64?
+    /// Pulled records waiting for their class key (ak items while locked).
+    public var inbox: Int = 0
+    /// Since keychaind started: records pushed, records pulled, pulled records applied, and
+    /// pulled records refused (not opening under the circle key, replays, malformed rows).
+    public var pushed: Int = 0
+    public var pulled: Int = 0
+    public var applied: Int = 0
+    public var rejected: Int = 0
 }
 
 /// What founding or joining answered: the circle's fingerprint and this device's.
@@ -37,7 +49,10 @@ extension KeychainConnection {
         return SyncStatus(state: a["state"]?.stringValue ?? "", circleFingerprint: a["circle"]?.stringValue,
                           deviceFingerprint: a["device"]?.stringValue, epoch: a["epoch"]?.syncInt ?? 0,
                           members: a["members"]?.syncInt ?? 0, outbox: a["outbox"]?.syncInt ?? 0,
-                          lastError: a["last_error"]?.stringValue)
+                          lastError: a["last_error"]?.stringValue, loop: a["loop"]?.stringValue ?? "off",
+                          lastPass: a["last_pass"]?.syncInt.map(Int64.init), inbox: a["inbox"]?.syncInt ?? 0,
+                          pushed: a["pushed"]?.syncInt ?? 0, pulled: a["pulled"]?.syncInt ?? 0, applied: a["applied"]?.syncInt ?? 0,
+                          rejected: a["rejected"]?.syncInt ?? 0)
     }
 
     /// Founds a circle in the daemon's configured database (admin). `name` names this device
@@ -57,6 +72,12 @@ extension KeychainConnection {
     /// Approves the waiting device whose fingerprint is `device` (admin).
     public func syncApprove(device: String) throws(KeychainError) -> SyncDevice {
         Self.device(try Self.attributes(try call(.syncApprove(device: device)), "sync approve"))
+    }
+
+    /// Runs a sync pass now; returns once it has finished (pushed and pulled everything), or
+    /// throws its error (errSecNotAvailable when none finished within keychaind's bound).
+    public func syncNow() throws(KeychainError) {
+        _ = try call(.syncNow)
     }
 
     public func syncDevices() throws(KeychainError) -> [SyncDevice] {
@@ -87,6 +108,7 @@ extension Keychain {
     }
     public func syncApprove(device: String) throws(KeychainError) -> SyncDevice { try connection.syncApprove(device: device) }
     public func syncDevices() throws(KeychainError) -> [SyncDevice] { try connection.syncDevices() }
+    public func syncNow() throws(KeychainError) { try connection.syncNow() }
 }
 
 private extension AttributeValue {
