@@ -41,6 +41,9 @@ final class TestCluster {
     /// Starts it again on the same port and data.
     func resume() throws { _ = try Self.run(["resume", directory]) }
 
+    /// `pg_dump --data-only` of the database: everything an operator's backup holds.
+    func dump() throws -> String { try Self.run(["dump", directory]) }
+
     struct ClusterError: Error, CustomStringConvertible {
         let message: String
         var description: String { message }
