@@ -24,7 +24,8 @@ struct SyncCircleTests {
         return d
     }
 
-    static let statusKeys: Set<String> = ["state", "circle", "device", "epoch", "members", "outbox", "last_error"]
+    static let statusKeys: Set<String> = ["state", "circle", "device", "epoch", "members", "outbox", "last_error",
+                                          "loop", "last_pass", "inbox", "pushed", "pulled", "applied", "rejected"]
 
     @Test func aDeviceJoinsWithTheCircleDigitsAndAfterApprovalIsAMemberOfTheSameCircleAndEpoch() throws {
         let cluster = try TestCluster()
