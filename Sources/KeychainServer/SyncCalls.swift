@@ -30,9 +30,10 @@ final class SyncCalls: Sendable {
 
     func run<Store: SyncLocalStore & Sendable>(_ request: Request, store: Store) -> Response {
         let response = answer(request, store: store)
-        // Create and join make a circle row; a status may have found this device approved.
+        // Create and join make a circle row for a thread to start on. A status is polled by
+        // monitors, so it wakes the thread only when it found this device approved.
         loop.startIfReady(store: store)
-        if request != .syncNow { loop.wake() }
+        if request != .syncNow && request != .syncStatus { loop.wake() }
         return response
     }
 
@@ -49,7 +50,11 @@ final class SyncCalls: Sendable {
                 // its last error.
                 if (try store.withStore { (s) throws(KeychainError) in try s.syncCircle() }) != nil {
                     _ = try? talking { (db) throws(KeychainError) in
-                        if case .forked(let why) = try SyncMembership.refresh(store: store, database: db) { noteError(why) }
+                        switch try SyncMembership.refresh(store: store, database: db) {
+                        case .forked(let why): noteError(why)
+                        case .becameMember: loop.wake()  // its first pass as a member need not wait
+                        case .verified, .notInCircle: break
+                        }
                     }
                 }
                 let report = try SyncMembership.status(store: store)
