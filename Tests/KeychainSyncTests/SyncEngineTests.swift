@@ -1,0 +1,88 @@
+import Foundation
+import KeychainCrypto
+import KeychainModel
+import KeychainStorage
+import KeychainStore
+import KeychainSync
+import Testing
+
+/// A test device's store for the engine, which runs on the loop's thread in the daemon; here
+/// every call comes from the test's one thread.
+struct SingleThreadStore: SyncLocalStore, @unchecked Sendable {
+    let store: ItemStore
+
+    func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T { try body(store) }
+}
+
+@Suite("Sync pass: refresh, push, pull against PostgreSQL")
+struct SyncEngineTests {
+    static let scope = AccessScope(groups: ["com.example.app"])
+
+    /// A founds, B joins and is approved; both refreshed.
+    static func pair(_ cluster: TestCluster) throws -> (a: TestDevice, b: TestDevice) {
+        let a = try TestDevice(cluster), b = try TestDevice(cluster)
+        try a.approve(try b.join(try a.create().circle))
+        #expect(try b.refresh() == .becameMember)
+        return (a, b)
+    }
+
+    static func add(_ d: TestDevice, _ service: String, _ secret: String) throws {
+        _ = try d.store.add(["class": .string("genp"), "svce": .string(service), "acct": .string("x"), "sync": .int(1),
+                             "pdmn": .string("ck"), "v_Data": .data(Array(secret.utf8))], scope: scope)
+    }
+
+    @Test func aPassPushesTheOutboxWithAHeadOverItsLastCounterAndEmptiesIt() throws {
+        let cluster = try TestCluster()
+        let (a, _) = try Self.pair(cluster)
+        for n in 1...3 { try Self.add(a, "svc-\(n)", "v\(n)") }
+        let engine = SyncEngine(store: SingleThreadStore(store: a.store))
+        try engine.pass(a.database)
+        #expect(engine.totals.pushed == 3)
+        #expect(try a.store.syncOutboxCount() == 0)
+        #expect(try a.count("sync_records") == 3)
+        let head = try a.database.connection.query("SELECT counter FROM sync_heads").rows.first?.first?.int
+        #expect(head == 3)
+        // Nothing more to send: the next pass pushes nothing and writes no head.
+        try engine.pass(a.database)
+        #expect(engine.totals.pushed == 3)
+    }
+
+    @Test func aFirstPullReadsEveryRowAndRecordsItsEndThenPullsStartAtTheCursor() throws {
+        let cluster = try TestCluster()
+        let (a, b) = try Self.pair(cluster)
+        for n in 1...3 { try Self.add(a, "svc-\(n)", "v\(n)") }
+        try SyncEngine(store: SingleThreadStore(store: a.store)).pass(a.database)
+        #expect(try b.store.syncCircle()?.lastFullPull == nil)
+
+        let engine = SyncEngine(store: SingleThreadStore(store: b.store))
+        try engine.pass(b.database)
+        let circle = try #require(try b.store.syncCircle())
+        #expect(circle.lastFullPull != nil)
+        #expect(circle.cursor == 3)
+        #expect(engine.totals.pulled == 3 && engine.totals.applied == 3)
+
+        try Self.add(a, "svc-4", "v4")
+        try SyncEngine(store: SingleThreadStore(store: a.store)).pass(a.database)
+        try engine.pass(b.database)
+        #expect(engine.totals.pulled == 4 && engine.totals.applied == 4)  // only the new row was read
+        #expect(try b.store.syncCircle()?.cursor == 4)
+    }
+
+    @Test func aPendingDevicesPassOnlyRefreshesAndItsFirstPassAsAMemberSyncs() throws {
+        let cluster = try TestCluster()
+        let a = try TestDevice(cluster), b = try TestDevice(cluster)
+        let device = try b.join(try a.create().circle)
+        try Self.add(a, "svc-1", "v1")
+        try SyncEngine(store: SingleThreadStore(store: a.store)).pass(a.database)
+
+        let engine = SyncEngine(store: SingleThreadStore(store: b.store))
+        try engine.pass(b.database)
+        #expect(try b.status().state == SyncCircleState.pending)
+        #expect(engine.totals.pulled == 0)
+
+        try a.approve(device)
+        try engine.pass(b.database)
+        #expect(try b.status().state == SyncCircleState.member)
+        #expect(engine.totals.applied == 1)
+    }
+}
