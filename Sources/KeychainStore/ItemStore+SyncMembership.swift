@@ -104,11 +104,27 @@ extension ItemStore {
                 try SyncKeysTable(database).save(circleID: circle.circleID, epoch: circleKey.epoch,
                                                  sealedKey: circleKey.sealed(under: classKey))
             }
+            if circle.epoch != roster.epoch {
+                // Every row of the store is of the new epoch, with new ids and seqs: the next
+                // pass reads them all, as a full reconcile (docs/sync.md, section 3).
+                circle.cursor = 0
+                circle.lastFullPull = nil
+            }
             circle.epoch = roster.epoch
             circle.state = state
             circle.storeRosterLength = roster.length
             circle.storeRosterHash = roster.hash
             try syncCircleTable.save(circle)
+        }
+    }
+
+    /// Leaves the circle locally: the row, the circle keys and the roster go in one
+    /// transaction; the identity and every item stay (a later join reuses the identity).
+    public func syncLeft() throws(KeychainError) {
+        try database.transaction { () throws(KeychainError) in
+            try syncCircleTable.delete()
+            try SyncKeysTable(database).deleteAll()
+            try SyncRosterTable(database).deleteAll()
         }
     }
 

@@ -89,6 +89,75 @@ extension SyncDatabase {
         }
     }
 
+    /// Appends a `remove` entry and starts its epoch, all in one transaction holding the circle
+    /// row's lock (docs/sync.md, section 3): the wraps of the new key go in, every record row of
+    /// the old epoch is handed to `reseal` in seq order and replaced by what it returns (new
+    /// seqs from the circle row, in the same order; nil drops the row), and the circle's epoch
+    /// moves on. The database therefore never holds two epochs' rows. A roster that grew since
+    /// `entry` was signed refuses it with errSecNotAvailable (refresh and look again: another
+    /// member may have rotated already); nothing is written then.
+    public func rotate(_ entry: SignedRosterEntry, wraps: [SyncWrappedKey],
+                       reseal: (SyncRecordRow) throws(KeychainError) -> SyncRecordRow?) throws(KeychainError) -> SyncRotationCount {
+        let circle = PostgresValue.bytea(entry.entry.circleID.bytes)
+        let next = entry.entry.epoch
+        return try connection.transaction { (c) throws(KeychainError) -> SyncRotationCount in
+            let locked = try c.query("SELECT epoch FROM sync_circles WHERE circle_id = $1 FOR UPDATE", [circle])
+            guard let current = locked.rows.first?.first?.int else {
+                throw KeychainError(.itemNotFound, "the circle is not in the database")
+            }
+            let count = try c.query("SELECT count(*)::int8 FROM sync_roster WHERE circle_id = $1", [circle])
+            guard count.rows.first?.first?.int == Int64(entry.entry.number), current + 1 == Int64(next) else {
+                throw KeychainError(.notAvailable, "the circle's roster changed while the rotation was prepared; refresh and run it again")
+            }
+            try c.query("INSERT INTO sync_roster (circle_id, entry_no, entry, sig) VALUES ($1, $2, $3, $4)",
+                        [circle, .int(Int64(entry.entry.number)), .bytea(entry.entry.encoded), .bytea(entry.signature)])
+            for wrap in wraps {
+                try c.query("""
+                    INSERT INTO sync_wrapped_keys (circle_id, epoch, device_id, wrapper_id, wrapped, sig)
+                    VALUES ($1, $2, $3, $4, $5, $6)
+                    """, [circle, .int(Int64(wrap.epoch)), .bytea(wrap.recipient.bytes), .bytea(wrap.wrapper.bytes),
+                          .bytea(wrap.wrapped), .bytea(wrap.signature)])
+            }
+            // Every row of the circle, whatever epoch its column claims: only the current
+            // epoch's can open, and a row that does not is dropped with the rest.
+            let old = try c.query("""
+                SELECT record_id, seq, epoch, mdat, writer, counter, tombstone, body FROM sync_records
+                WHERE circle_id = $1 ORDER BY seq
+                """, [circle])
+            var resealed: [SyncRecordRow] = []
+            var dropped = 0
+            for values in old.rows {
+                guard let seq = values[1].int, let row = Self.recordRow(values, seq: seq),
+                      let fresh = try reseal(row) else { dropped += 1; continue }
+                guard fresh.epoch == next, fresh.recordID.count == 32 else {
+                    throw KeychainError(.param, "a re-sealed row must be of epoch \(next) with a 32-byte record id")
+                }
+                resealed.append(fresh)
+            }
+            try c.query("DELETE FROM sync_records WHERE circle_id = $1", [circle])
+            let taken = try c.query("UPDATE sync_circles SET epoch = $2, seq = seq + $3 WHERE circle_id = $1 RETURNING seq",
+                                    [circle, .int(Int64(next)), .int(Int64(resealed.count))])
+            guard let last = taken.rows.first?.first?.int else { throw KeychainError(.decode, "the circle row went away") }
+            var seq = last - Int64(resealed.count)
+            for row in resealed {
+                seq += 1
+                // Two rows of the old epoch can name one item under the new key only if a
+                // member sealed the same item twice; the later (greater version) wins.
+                try c.query("""
+                    INSERT INTO sync_records AS r (circle_id, record_id, seq, epoch, mdat, writer, counter, tombstone, body)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                    ON CONFLICT (circle_id, record_id) DO UPDATE SET
+                      seq = excluded.seq, mdat = excluded.mdat, writer = excluded.writer,
+                      counter = excluded.counter, tombstone = excluded.tombstone, body = excluded.body
+                    WHERE (excluded.mdat, excluded.writer, excluded.counter) > (r.mdat, r.writer, r.counter)
+                    """, [circle, .bytea(row.recordID), .int(seq), .int(Int64(next)), .int(row.version.mdat),
+                          .bytea(row.version.writer.bytes), .int(row.version.counter), .bool(row.tombstone), .bytea(row.body)])
+            }
+            try c.notify(Self.channel(circleID: entry.entry.circleID.bytes), payload: String(last))
+            return SyncRotationCount(resealed: resealed.count, dropped: dropped)
+        }
+    }
+
     /// The key wrapped to `device` for `epoch`, if any, as stored (verified by the unwrap).
     public func wrappedKey(circleID: SyncCircleID, epoch: UInt32, device: SyncDeviceID) throws(KeychainError) -> SyncWrappedKey? {
         let result = try connection.query("""
@@ -116,4 +185,13 @@ extension SyncDatabase {
         }
         return SignedRosterEntry(entry: try SyncRosterEntry(decoding: bytes), signature: signature)
     }
+}
+
+/// What a rotation did to the old epoch's rows.
+public struct SyncRotationCount: Sendable, Equatable {
+    /// Rows sealed again under the new key (with new record ids).
+    public var resealed: Int
+    /// Rows that did not open under the old key, tombstones (see SyncRotation), and rows of an
+    /// impossible shape: not carried into the new epoch.
+    public var dropped: Int
 }

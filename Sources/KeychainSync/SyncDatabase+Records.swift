@@ -224,7 +224,7 @@ extension SyncDatabase {
         }
     }
 
-    private static func recordRow(_ values: [PostgresValue], seq: Int64) -> SyncRecordRow? {
+    static func recordRow(_ values: [PostgresValue], seq: Int64) -> SyncRecordRow? {
         guard let recordID = values[0].bytes, recordID.count == 32,
               let epoch = values[2].int.flatMap(Self.epoch),
               let mdat = values[3].int,
