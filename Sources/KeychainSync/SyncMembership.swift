@@ -25,6 +25,8 @@ public enum SyncCircleState {
     public static let member = "member"
     /// The store's roster disagrees with the verified local copy: nothing more is applied.
     public static let forked = "forked"
+    /// A member removed this device: it syncs no more and keeps its items.
+    public static let removed = "removed"
 }
 
 /// What `keychain sync status` shows. Never a key: fingerprints, counts and states only.
@@ -56,6 +58,11 @@ public enum SyncRefreshOutcome: Sendable, Equatable {
     case becameMember
     /// The store's roster disagrees with the local copy; the state is now forked.
     case forked(String)
+    /// The circle rotated: this member unwrapped the key of `epoch` (its own rotation after a
+    /// member left counts too) and pulls that epoch from seq 0 as a full reconcile.
+    case newEpoch(UInt32)
+    /// A `remove` entry names this device: it stops syncing.
+    case removed
 }
 
 /// Create, join, approve, refresh, status and devices (docs/sync.md, section 3): the logic
@@ -156,14 +163,23 @@ public enum SyncMembership {
     /// Reads the roster entries past the local copy, verifies them against it and stores
     /// them; a pending device that finds its wrapped key unwraps it, seals it under CK[ck] and
     /// becomes a member. A roster that disagrees with the local copy leaves the state forked
-    /// and applies nothing. The loop's pass runs this first.
+    /// and applies nothing. A member that finds the epoch moved unwraps the new key (from a
+    /// member of the new roster, of exactly that epoch) and starts that epoch at cursor 0 with
+    /// no full pull yet; one that finds itself removed stops (state removed, items kept); one
+    /// that finds a member left rotates the key. The loop's pass runs this first.
     @discardableResult
     public static func refresh(store: some SyncLocalStore, database: SyncDatabase) throws(KeychainError) -> SyncRefreshOutcome {
+        try refresh(store: store, database: database, mayRotate: true)
+    }
+
+    static func refresh(store: some SyncLocalStore, database: SyncDatabase,
+                        mayRotate: Bool) throws(KeychainError) -> SyncRefreshOutcome {
         let local = try store.withStore { (s) throws(KeychainError) in (try s.syncCircle(), try s.syncRoster()) }
         guard let circle = local.0, let roster = local.1 else { return .notInCircle }
         if circle.state == SyncCircleState.forked {
             return .forked("the sync database's roster disagrees with the one this device verified")
         }
+        if circle.state == SyncCircleState.removed { return .removed }
         var next = roster
         do throws(KeychainError) {
             try next.extend(with: try database.roster(circleID: roster.circleID))
@@ -174,23 +190,47 @@ public enum SyncMembership {
         var state = circle.state
         var key: SyncCircleKey?
         var unwrapFailure: KeychainError?
-        if state == SyncCircleState.pending {
-            let identity = try store.withStore { (s) throws(KeychainError) in try s.syncIdentity() }
-            if let identity, next.members[identity.id] != nil,
-               let wrap = try database.wrappedKey(circleID: next.circleID, epoch: next.epoch, device: identity.id) {
-                do throws(KeychainError) {
-                    key = try wrap.unwrap(as: identity, roster: next)
-                    state = SyncCircleState.member
-                } catch {
-                    unwrapFailure = error
-                }
+        let identity = try store.withStore { (s) throws(KeychainError) in try s.syncIdentity() }
+        let isMember = identity.map { next.members[$0.id] != nil } ?? false
+        if state == SyncCircleState.member, !isMember, next.length > roster.length {
+            // Only a `remove` entry drops a member other than by its own leave, which a device
+            // that left no longer refreshes.
+            try store.withStore { (s) throws(KeychainError) in
+                try s.syncRefreshed(roster: next, state: SyncCircleState.removed, circleKey: nil)
             }
+            return .removed
+        }
+        // A pending device waits for its key; a member whose circle rotated needs the new one.
+        let needsKey = state == SyncCircleState.pending || next.epoch != circle.epoch
+        if let identity, isMember, needsKey,
+           let wrap = try database.wrappedKey(circleID: next.circleID, epoch: next.epoch, device: identity.id) {
+            do throws(KeychainError) {
+                key = try wrap.unwrap(as: identity, roster: next)
+                state = SyncCircleState.member
+            } catch {
+                unwrapFailure = error
+            }
+        }
+        if state == SyncCircleState.member, next.epoch != circle.epoch, key == nil {
+            // Keep the epoch this device holds the key of: pushes under it are refused
+            // (.epochMoved) until the key of the new one arrives, and nothing is lost.
+            let reason = unwrapFailure.map { "the circle key of epoch \(next.epoch) wrapped to this device was refused: \($0.message)" }
+                ?? "no circle key of epoch \(next.epoch) is wrapped to this device"
+            throw KeychainError(unwrapFailure?.status ?? .notAvailable, reason)
         }
         try store.withStore { (s) throws(KeychainError) in try s.syncRefreshed(roster: next, state: state, circleKey: key) }
         if let unwrapFailure {
             throw KeychainError(unwrapFailure.status, "the circle key wrapped to this device was refused: \(unwrapFailure.message)")
         }
-        return key != nil ? .becameMember : .verified
+        if mayRotate, state == SyncCircleState.member, isMember, !next.awaitingRotation.isEmpty {
+            // A member left: the first member to see it rotates (a second finds it done).
+            if try SyncRotation.rotateAfterLeave(store: store, database: database) {
+                return .newEpoch(next.epoch + 1)
+            }
+            return try refresh(store: store, database: database, mayRotate: false)
+        }
+        if key != nil, circle.state == SyncCircleState.pending { return .becameMember }
+        return key != nil ? .newEpoch(next.epoch) : .verified
     }
 
     /// This device's view, from the local store alone (no network).
