@@ -4,8 +4,9 @@ import Glibc
 import KeychainClient
 import KeychainModel
 
-/// `keychain sync status|create|join|approve|devices|now` (docs/sync.md, 7.4): membership of
-/// a sync circle, and its sync thread, through keychaind, which alone talks to the database.
+/// `keychain sync status|create|join|approve|remove|leave|devices|now` (docs/sync.md, 7.4):
+/// membership of a sync circle, and its sync thread, through keychaind, which alone talks to
+/// the database.
 enum SyncCommands {
     static let nameOption: [(name: String, help: String)] = [
         ("name", "This device's name as other members see it (at most 64 bytes; default: the host name)."),
@@ -74,6 +75,23 @@ enum SyncCommands {
                 return
             }
             Output.line("approved: \(grouped(device.fingerprint)) \(device.name)")
+        },
+        Command(spec: CommandSpec(name: "sync remove", summary: "Remove the member with these 32 digits and rotate the circle key; it reads nothing written after (admin).",
+                                  options: globalOptions, flags: jsonFlag, positional: "DIGITS")) { c in
+            guard let digits = c.arguments["DIGITS"] else { throw UsageError(message: "sync remove needs the member's DIGITS (`keychain sync devices`)") }
+            let removed = try c.connection().syncRemove(device: digits)
+            if c.json {
+                Output.line(JSON.attributes(["device": .string(removed.device), "epoch": .int(Int64(removed.epoch)),
+                                             "resealed": .int(Int64(removed.resealed)), "dropped": .int(Int64(removed.dropped))]))
+                return
+            }
+            Output.line("removed: \(grouped(removed.device))")
+            Output.line("epoch: \(removed.epoch) (\(removed.resealed) records re-sealed, \(removed.dropped) dropped)")
+        },
+        Command(spec: CommandSpec(name: "sync leave", summary: "Leave the sync circle; this device keeps its items, and a member rotates the key (admin).",
+                                  options: globalOptions, flags: [])) { c in
+            try c.connection().syncLeave()
+            Output.error("left the circle; the items synced so far stay in this keychain")
         },
         Command(spec: CommandSpec(name: "sync devices", summary: "List the circle's members and the devices waiting to join.",
                                   options: globalOptions, flags: jsonFlag)) { c in

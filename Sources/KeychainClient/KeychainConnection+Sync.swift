@@ -80,6 +80,19 @@ extension KeychainConnection {
         _ = try call(.syncNow)
     }
 
+    /// Removes the member whose fingerprint is `device` and rotates the circle key (admin);
+    /// returns the new epoch and how many records were re-sealed under it.
+    public func syncRemove(device: String) throws(KeychainError) -> SyncRemoval {
+        let a = try Self.attributes(try call(.syncRemove(device: device)), "sync remove")
+        return SyncRemoval(device: a["device"]?.stringValue ?? "", epoch: a["epoch"]?.syncInt ?? 0,
+                           resealed: a["resealed"]?.syncInt ?? 0, dropped: a["dropped"]?.syncInt ?? 0)
+    }
+
+    /// Leaves the circle (admin): this device keeps its items and identity.
+    public func syncLeave() throws(KeychainError) {
+        _ = try call(.syncLeave)
+    }
+
     public func syncDevices() throws(KeychainError) -> [SyncDevice] {
         guard case .list(let items) = try call(.syncDevices).result else {
             throw KeychainError(.decode, "keychaind's sync devices answer has an unexpected shape")
@@ -109,6 +122,17 @@ extension Keychain {
     public func syncApprove(device: String) throws(KeychainError) -> SyncDevice { try connection.syncApprove(device: device) }
     public func syncDevices() throws(KeychainError) -> [SyncDevice] { try connection.syncDevices() }
     public func syncNow() throws(KeychainError) { try connection.syncNow() }
+    public func syncRemove(device: String) throws(KeychainError) -> SyncRemoval { try connection.syncRemove(device: device) }
+    public func syncLeave() throws(KeychainError) { try connection.syncLeave() }
+}
+
+/// What `sync remove` did: the removed device, the epoch it started, and the records carried
+/// into it (re-sealed) or not (dropped: tombstones and rows that did not open).
+public struct SyncRemoval: Sendable, Equatable {
+    public var device: String
+    public var epoch: Int
+    public var resealed: Int
+    public var dropped: Int
 }
 
 private extension AttributeValue {

@@ -66,6 +66,10 @@ public enum Request: Sendable, Equatable {
     case syncDevices
     /// Runs a sync pass now and answers when it has finished (caught up) or failed.
     case syncNow
+    /// Removes the member whose fingerprint is `device` and rotates the circle key.
+    case syncRemove(device: String)
+    /// Leaves the circle; a remaining member rotates the key.
+    case syncLeave
 
     /// The longest fingerprint text accepted (32 digits with spaces between groups, and some slack).
     public static let maxFingerprintTextBytes = 128
@@ -84,8 +88,9 @@ public enum Request: Sendable, Equatable {
         case asCaller = 16, attributeSearch = 17, attributeAdd = 18, portalSecret = 19
         case keyGenerate = 24, keyPublic = 25, keySign = 26, keyVerify = 27, keyAgree = 28
         case keyEncrypt = 29, keyDecrypt = 30
-        // 32-39: sync (issue 18); 36 remove and 38 leave are not built yet.
+        // 32-39: sync (issue 18).
         case syncStatus = 32, syncCreate = 33, syncJoin = 34, syncApprove = 35, syncDevices = 37, syncNow = 39
+        case syncRemove = 36, syncLeave = 38
     }
 
     public var operation: Operation {
@@ -122,6 +127,8 @@ public enum Request: Sendable, Equatable {
         case .syncApprove: .syncApprove
         case .syncDevices: .syncDevices
         case .syncNow: .syncNow
+        case .syncRemove: .syncRemove
+        case .syncLeave: .syncLeave
         }
     }
 
@@ -131,6 +138,7 @@ public enum Request: Sendable, Equatable {
         case .lock, .unlock, .setPasscode, .changePasscode, .removePasscode,
              .backupBegin, .backupRead, .restoreBegin, .restoreWrite, .restoreCommit: true
         case .syncCreate, .syncJoin, .syncApprove: true
+        case .syncRemove, .syncLeave: true
         case .asCaller(_, _, let inner): inner.isAdministrative
         default: false
         }
@@ -152,6 +160,7 @@ public enum Request: Sendable, Equatable {
     public var isSync: Bool {
         switch self {
         case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices, .syncNow: true
+        case .syncRemove, .syncLeave: true
         default: false
         }
     }
@@ -233,14 +242,14 @@ public enum WireCodec {
              .keyEncrypt(let q, let c), .keyDecrypt(let q, let c):
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
-        case .status, .lock, .syncStatus, .syncDevices, .syncNow:
+        case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave:
             break
         case .syncCreate(let name):
             w.lengthPrefixed(name.utf8)
         case .syncJoin(let circle, let name):
             w.lengthPrefixed(circle.utf8)
             w.lengthPrefixed(name.utf8)
-        case .syncApprove(let device):
+        case .syncApprove(let device), .syncRemove(let device):
             w.lengthPrefixed(device.utf8)
         case .unlock(let p), .setPasscode(let p), .removePasscode(let p):
             w.lengthPrefixed(p)
@@ -377,6 +386,8 @@ public enum WireCodec {
             let circle = try fingerprintText(&r)
             request = .syncJoin(circle: circle, name: try deviceName(&r))
         case .syncApprove: request = .syncApprove(device: try fingerprintText(&r))
+        case .syncRemove: request = .syncRemove(device: try fingerprintText(&r))
+        case .syncLeave: request = .syncLeave
         }
         return request
     }

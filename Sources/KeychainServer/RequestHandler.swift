@@ -245,7 +245,7 @@ final class RequestHandler {
             throw KeychainError(.internal, "asCaller reached the store: the server unwraps it")
         case .setPasscode, .changePasscode, .removePasscode, .backupBegin, .restoreCommit:
             throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
-        case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices, .syncNow:
+        case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices, .syncNow, .syncRemove, .syncLeave:
             throw KeychainError(.internal, "\(request.operation) talks to PostgreSQL: it runs outside the handler")
         }
         return Response()

@@ -5,8 +5,8 @@ import KeychainStore
 import KeychainSync
 import Synchronization
 
-/// The sync calls (ops 32-35, 37, 39; docs/sync.md 7.4). The membership calls each open their
-/// own short-lived PostgreSQL connection (they are rare admin calls); `sync now` asks the sync
+/// The sync calls (ops 32-39; docs/sync.md 7.4). The membership calls each open their own
+/// short-lived PostgreSQL connection (they are rare admin calls); `sync now` asks the sync
 /// thread for a pass. They reach the store only through `store`, which takes the store's lock
 /// for one step at a time: never across a statement.
 final class SyncCalls: Sendable {
@@ -73,6 +73,16 @@ final class SyncCalls: Sendable {
                 let typed = try SyncFingerprint(typed: device)
                 let approved = try talking { (db) throws(KeychainError) in try SyncMembership.approve(device: typed, store: store, database: db) }
                 return Response(result: .single(.attributes(Self.attributes(approved))))
+            case .syncRemove(let device):
+                let typed = try SyncFingerprint(typed: device)
+                let count = try talking { (db) throws(KeychainError) in try SyncRotation.remove(device: typed, store: store, database: db) }
+                let epoch = try SyncMembership.status(store: store).epoch
+                return Response(result: .single(.attributes(["device": .string(typed.digits), "epoch": .int(Int64(epoch)),
+                                                             "resealed": .int(Int64(count.resealed)),
+                                                             "dropped": .int(Int64(count.dropped))])))
+            case .syncLeave:
+                try talking { (db) throws(KeychainError) in try SyncRotation.leave(store: store, database: db) }
+                return Response(result: .none)
             case .syncDevices:
                 let devices = try talking { (db) throws(KeychainError) in try SyncMembership.devices(store: store, database: db) }
                 return Response(result: .list(devices.map { .attributes(Self.attributes($0)) }))

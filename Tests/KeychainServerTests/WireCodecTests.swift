@@ -24,12 +24,14 @@ struct WireCodecTests {
         .syncStatus, .syncDevices, .syncNow, .syncCreate(name: "laptop"),
         .syncJoin(circle: "0421 7730 9912 0000 1111 2222 3333 4444", name: "desk"),
         .syncApprove(device: String(repeating: "7", count: 32)),
+        .syncRemove(device: "0421 7730 9912 0000 1111 2222 3333 4444"), .syncLeave,
     ]
 
     @Test func aSyncDeviceNameOrFingerprintTextPastItsLimitIsRefused() {
         for request in [Request.syncCreate(name: String(repeating: "n", count: 65)),
                         .syncJoin(circle: "1", name: String(repeating: "é", count: 33)),
-                        .syncApprove(device: String(repeating: "1", count: 129))] {
+                        .syncApprove(device: String(repeating: "1", count: 129)),
+                        .syncRemove(device: String(repeating: "1", count: 129))] {
             #expect(throws: KeychainError(.param, "")) { try WireCodec.decodeRequest(WireCodec.encode(request)) }
         }
     }
