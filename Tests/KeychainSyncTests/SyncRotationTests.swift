@@ -92,6 +92,28 @@ struct SyncRotationTests {
         #expect(try a.status().members == 2)
     }
 
+    @Test func aRowThatDoesNotOpenAndATombstoneAreDroppedAndCountedNotCopied() throws {
+        let cluster = try TestCluster()
+        let (a, _, c) = try circleOfThree(cluster)
+        try a.addSynced("kept", secret: "stays")
+        try a.addSynced("gone", secret: "deleted")
+        try a.push()
+        try a.store.delete(["class": .string("genp"), "svce": .string("rotation"), "acct": .string("gone"), "sync": .int(1)],
+                           scope: scope)
+        try a.push()
+        #expect(try a.rows().filter(\.tombstone).count == 1)
+        try a.database.connection.query("""
+            INSERT INTO sync_records (circle_id, record_id, seq, epoch, mdat, writer, counter, tombstone, body)
+            VALUES ($1, $2, 1000, 1, 0, $3, 1, false, $4)
+            """, [.bytea(try a.circle.circleID), .bytea(Array(repeating: 0x5A, count: 32)),
+                  .bytea(Array(repeating: 0x0C, count: 16)), .bytea(Array(repeating: 0x99, count: 280))])
+
+        let count = try SyncRotation.remove(device: try c.identity.keys.fingerprint, store: a.store, database: a.database)
+        #expect(count == SyncRotationCount(resealed: 1, dropped: 2))
+        let rows = try a.rows()
+        #expect(rows.count == 1 && !rows[0].tombstone && rows[0].epoch == 2)
+    }
+
     @Test func aMemberAdoptsTheNewKeyAndReadsEveryReSealedRecord() throws {
         let cluster = try TestCluster()
         let (a, b, c) = try circleOfThree(cluster)
