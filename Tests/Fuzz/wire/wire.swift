@@ -91,6 +91,8 @@ public func fuzzInitialize(_ argc: UnsafeMutableRawPointer?, _ argv: UnsafeMutab
             ("sync-status", .syncStatus),
             ("sync-join", .syncJoin(circle: "0421 7730 9912 0000 1111 2222 3333 4444", name: "laptop")),
             ("sync-approve", .syncApprove(device: String(repeating: "7", count: 32))),
+            ("sync-remove", .syncRemove(device: String(repeating: "7", count: 32))),
+            ("sync-leave", .syncLeave),
         ]
         let responses: [(String, Response)] = [
             ("ok", Response()),
