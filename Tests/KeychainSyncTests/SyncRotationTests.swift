@@ -154,6 +154,23 @@ struct SyncRotationTests {
         #expect(try c.refresh() == .removed)
     }
 
+    @Test func aChangeNumberedUnderTheOldEpochIsPushedUnderTheNewOneAndApplied() throws {
+        let cluster = try TestCluster()
+        let (a, b, c) = try circleOfThree(cluster)
+        try b.addSynced("racing", secret: "sealed under epoch 1 first")
+        try SyncRotation.remove(device: try c.identity.keys.fingerprint, store: a.store, database: a.database)
+        #expect(try b.push() == .epochMoved(current: 2))
+        let numbered = try #require(try b.store.syncOutgoing(circleKey: try b.key, writer: try b.identity.id, limit: 10).first)
+        #expect(numbered.row.epoch == 1)
+
+        #expect(try b.refresh() == .newEpoch(2))
+        guard case .pushed = try b.push() else { Issue.record("the push under epoch 2 did not commit"); return }
+        let row = try #require(try a.rows().first)
+        #expect(row.epoch == 2 && row.version == numbered.row.version, "the same counter and mdat, sealed under the new key")
+        #expect(try a.pull().applied == 1)
+        #expect(try a.secret("racing") == .single(.data(Array("sealed under epoch 1 first".utf8))))
+    }
+
     @Test func aRowPushedUnderThePassedEpochIsRefused() throws {
         let cluster = try TestCluster()
         let (a, _, c) = try circleOfThree(cluster)
