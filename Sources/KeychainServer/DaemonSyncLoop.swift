@@ -46,7 +46,7 @@ final class DaemonSyncLoop: Sendable {
     func startIfReady<Store: SyncLocalStore & Sendable>(store: Store) {
         guard let database, state.withLock({ $0.running == nil && !$0.stopped }) else { return }
         let circle = try? store.withStore { (s) throws(KeychainError) -> [UInt8]? in
-            guard let circle = try s.syncCircle(), circle.state != SyncCircleState.forked,
+            guard let circle = try s.syncCircle(), circle.state != SyncCircleState.forked, circle.state != SyncCircleState.removed,
                   s.isAvailable(.afterFirstUnlock) else { return nil }
             return circle.circleID
         }

@@ -52,8 +52,8 @@ final class SyncCalls: Sendable {
                     _ = try? talking { (db) throws(KeychainError) in
                         switch try SyncMembership.refresh(store: store, database: db) {
                         case .forked(let why): noteError(why)
-                        case .becameMember: loop.wake()  // its first pass as a member need not wait
-                        case .verified, .notInCircle: break
+                        case .becameMember, .newEpoch: loop.wake()  // its next pass need not wait
+                        case .verified, .notInCircle, .removed: break
                         }
                     }
                 }
@@ -119,6 +119,7 @@ final class SyncCalls: Sendable {
         case "off": KeychainError(.notAvailable, "this keychain is in no sync circle: `keychain sync create` or `keychain sync join`")
         case "waitingForUnlock": KeychainError(.interactionNotAllowed, "sync starts at the first unlock since keychaind started: `keychain unlock`")
         case SyncCircleState.forked: KeychainError(.decode, "sync is stopped: the sync database's roster disagrees with the one this device verified")
+        case SyncCircleState.removed: KeychainError(.notAvailable, "this device was removed from the sync circle: it syncs no more and keeps its items")
         default: KeychainError(.notAvailable, "the sync thread is not running (see keychaind's log)")
         }
     }
@@ -127,7 +128,7 @@ final class SyncCalls: Sendable {
     /// the loop's connecting, ok or error.
     private static func loopState(_ membership: String, _ loop: DaemonSyncLoop.Report?) -> String {
         switch membership {
-        case "off", "waitingForUnlock", SyncCircleState.pending, SyncCircleState.forked: membership
+        case "off", "waitingForUnlock", SyncCircleState.pending, SyncCircleState.forked, SyncCircleState.removed: membership
         default: loop?.status.state.rawValue ?? "off"
         }
     }

@@ -61,7 +61,11 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
             throw KeychainError(.notAvailable, "this keychain is in no sync circle")
         case .forked(let why):
             throw KeychainError(.decode, "sync is stopped: \(why)")
-        case .verified, .becameMember:
+        case .removed:
+            throw KeychainError(.notAvailable, "this device was removed from the sync circle: it syncs no more and keeps its items")
+        case .verified, .becameMember, .newEpoch:
+            // A new epoch reset the cursor in the same local transaction, so the pull below
+            // reads the whole re-sealed epoch as a full reconcile.
             break
         }
         // Read afresh each pass: a rotation (slice 7) changes the epoch and resets the cursor.
