@@ -132,10 +132,21 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
     /// legitimately appear), and replays are told only after it.
     private func pull(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
         guard let circle = try store.withStore({ (s) throws(KeychainError) in try s.syncCircle() }) else { return }
-        let mode: SyncPullMode = circle.cursor == 0 || circle.lastFullPull == nil ? .everyRow : .afterCursor
-        var cursor = circle.cursor
+        // A last full pull older than the tombstones' life may have missed deletes whose
+        // tombstones expired since: the cursor is not trusted, and every row is read again.
+        let stale = circle.lastFullPull.map { SyncMembership.now() - $0 > Self.tombstoneLifetimeMs } ?? false
+        let mode: SyncPullMode = circle.cursor == 0 || circle.lastFullPull == nil || stale ? .everyRow : .afterCursor
+        var cursor = mode == .everyRow ? 0 : circle.cursor
+        // Every record id a full pull sees, applied or not, and whether one was unreadable
+        // (then no local item can be known to be gone).
+        var present = Set<[UInt8]>()
+        var sawMalformed = false
         while true {
             let batch = try database.pull(circleID: member.key.circleID, after: cursor, limit: Self.pullLimit)
+            if mode == .everyRow {
+                for row in batch.rows { present.insert(row.recordID) }
+                if batch.malformed > 0 { sawMalformed = true }
+            }
             let report = try store.withStore { (s) throws(KeychainError) in
                 try s.syncApply(batch.rows, circleKey: member.key, writer: member.identity.id, mode: mode, cursor: batch.lastSeq)
             }
@@ -149,7 +160,12 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
             if batch.reachedEnd { break }
         }
         if mode == .everyRow {
-            try store.withStore { (s) throws(KeychainError) in try s.syncFullPullEnded(at: SyncMembership.now()) }
+            let deleted = try store.withStore { (s) throws(KeychainError) -> Int in
+                let deleted = sawMalformed ? 0 : try s.syncReconcile(present: present, circleKey: member.key)
+                try s.syncFullPullEnded(at: SyncMembership.now())
+                return deleted
+            }
+            shared.withLock { $0.totals.applied += deleted }
         }
     }
 

@@ -2,7 +2,7 @@ import Foundation
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
-import KeychainStore
+@testable import KeychainStore
 import KeychainSync
 import Testing
 
@@ -84,5 +84,35 @@ struct SyncEngineTests {
         try engine.pass(b.database)
         #expect(try b.status().state == SyncCircleState.member)
         #expect(engine.totals.applied == 1)
+    }
+
+    /// A delete whose tombstone never reached B (expired, or not carried into a new epoch by
+    /// a rotation) is found by B's next full pull: the record is gone from the store.
+    @Test func aFullPullDeletesASyncedItemWhoseRecordTheStoreNoLongerHolds() throws {
+        let cluster = try TestCluster()
+        let (a, b) = try Self.pair(cluster)
+        try Self.add(a, "svc-1", "v1")
+        try Self.add(a, "svc-2", "v2")
+        try SyncEngine(store: SingleThreadStore(store: a.store)).pass(a.database)
+        let engine = SyncEngine(store: SingleThreadStore(store: b.store))
+        try engine.pass(b.database)
+        #expect(try b.store.syncOutboxCount() == 0)
+        #expect(try b.syncedItems() == 2)
+
+        // One record leaves the store without a tombstone; B's cursor is not trusted any more.
+        _ = try a.database.connection.query("DELETE FROM sync_records WHERE seq = 1")
+        try b.store.database.run("UPDATE sync_circle SET cursor = 0, last_full_pull = NULL")
+        try engine.pass(b.database)
+        #expect(try b.syncedItems() == 1)
+        #expect(try b.store.syncOutboxCount() == 0)  // nothing to push back: the circle lost it
+    }
+}
+
+extension TestDevice {
+    func syncedItems() throws -> Int {
+        try store.database.query("SELECT count(*) FROM items WHERE sync = 1") { (s) throws(KeychainError) -> Int in
+            _ = try s.step()
+            return Int(s.int(0))
+        }
     }
 }
