@@ -136,6 +136,8 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
         // tombstones expired since: the cursor is not trusted, and every row is read again.
         let stale = circle.lastFullPull.map { SyncMembership.now() - $0 > Self.tombstoneLifetimeMs } ?? false
         let mode: SyncPullMode = circle.cursor == 0 || circle.lastFullPull == nil || stale ? .everyRow : .afterCursor
+        // A full pull starts from the first row even when an earlier one was cut short: the
+        // reconcile at its end needs every record id, and re-reading applies nothing twice.
         var cursor = mode == .everyRow ? 0 : circle.cursor
         // Every record id a full pull sees, applied or not, and whether one was unreadable
         // (then no local item can be known to be gone).
