@@ -37,6 +37,10 @@ struct Options {
     /// Signatures per key through `keychain ssh-agent` and OpenSSH's ssh-agent, which then run
     /// alone (AgentSignatures.swift); 0: not run.
     var sshAgentSignatures = 0
+    /// Add-to-readable samples between two daemons in one sync circle, then a first sync of
+    /// `syncItems` onto a third (SyncBench.swift), which then run alone; 0: not run.
+    var syncSamples = 0
+    var syncItems = 100_000
 
     init(_ args: [String]) {
         var i = 0
@@ -57,8 +61,12 @@ struct Options {
             case "--attribute-search": attributeSearchSizes = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
             case "--secret-service": secretServiceItems = Int(args[i + 1]) ?? secretServiceItems; i += 1
             case "--ssh-agent": sshAgentSignatures = Int(args[i + 1]) ?? sshAgentSignatures; i += 1
+            case "--sync":
+                syncSamples = 200
+                if i + 1 < args.count, let n = Int(args[i + 1]) { syncSamples = n; i += 1 }
+            case "--sync-items": syncItems = Int(args[i + 1]) ?? syncItems; i += 1
             default:
-                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete,sign] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)] [--ssh-agent SIGNATURES (alone)]")
+                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete,sign] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)] [--ssh-agent SIGNATURES (alone)] [--sync [SAMPLES] [--sync-items N (0: no first sync)] (alone)]")
                 exit(64)
             }
             i += 1
@@ -219,6 +227,9 @@ let options = Options(Array(CommandLine.arguments.dropFirst()))
 if options.secretServiceItems > 0 {
     secretServiceBench(items: options.secretServiceItems)
     exit(0)
+}
+if options.syncSamples > 0 {
+    syncBench(samples: options.syncSamples, bulk: options.syncItems)
 }
 var daemon: (Process, String, String)?
 let socket: String
