@@ -50,11 +50,11 @@ struct BenchCluster {
 
     /// The `[sync]` section of a daemon whose state lives in `root`; the password goes to a
     /// 0600 passfile there, as the daemon requires, never into the config.
-    func syncConfig(root: String) -> String {
+    func syncConfig(root: String) -> String? {
         mkdir(root, 0o700)
         let passfile = root + "/pgpass"
-        FileManager.default.createFile(atPath: passfile, contents: Data("127.0.0.1:\(port):keychaind:keychaind:\(password)\n".utf8),
-                                       attributes: [.posixPermissions: 0o600])
+        guard FileManager.default.createFile(atPath: passfile, contents: Data("127.0.0.1:\(port):keychaind:keychaind:\(password)\n".utf8),
+                                             attributes: [.posixPermissions: 0o600]) else { return nil }
         return "[sync]\ndatabase = \"host=127.0.0.1 port=\(port) dbname=keychaind user=keychaind passfile=\(passfile)\"\n"
     }
 
@@ -80,15 +80,21 @@ func syncBench(samples: Int, bulk: Int) -> Never {
         print("sync: cannot start a cluster with \(BenchCluster.script) (scripts/install-deps installs postgresql)")
         exit(1)
     }
-    var stops: [() -> Void] = [cluster.stop]
+    /// Each running daemon's stop (it also removes its directory), by name.
+    var stops: [String: () -> Void] = [:]
     func finish(_ code: Int32) -> Never {
-        stops.reversed().forEach { $0() }
+        stops.values.forEach { $0() }
+        cluster.stop()
         exit(code)
     }
+    func root(_ name: String) -> String { "/tmp/kcbench.\(getpid())sync\(name)" }
     func daemon(_ name: String) -> KeychainConnection {
-        let root = "/tmp/kcbench.\(getpid())sync\(name)"
-        let (p, socket, dir) = startDaemon(suffix: "sync\(name)", config: cluster.syncConfig(root: root))
-        stops.append { p.terminate(); p.waitUntilExit(); try? FileManager.default.removeItem(atPath: dir) }
+        guard let config = cluster.syncConfig(root: root(name)) else {
+            print("sync: cannot write \(root(name))/pgpass")
+            finish(1)
+        }
+        let (p, socket, dir) = startDaemon(suffix: "sync\(name)", config: config)
+        stops[name] = { p.terminate(); p.waitUntilExit(); try? FileManager.default.removeItem(atPath: dir) }
         return KeychainConnection(socketPath: socket, busyPollMicroseconds: options.clientPollMicroseconds)
     }
     /// `sync now` until a pass finishes; a pass longer than keychaind's bound answers
@@ -146,8 +152,7 @@ func syncBench(samples: Int, bulk: Int) -> Never {
     guard bulk > 0 else { finish(0) }
     // 2. First sync onto a new device. B stops first so that it does not pull the bulk
     //    alongside the adds and C's first sync (the machine has two cores).
-    let stopB = stops.remove(at: 2)
-    stopB()
+    stops.removeValue(forKey: "B")?()
     let writer = a.socketPath
     let adds = measure(clients: 8, count: bulk, socket: writer) { conn, i in
         try conn.add(["class": .string("genp"), "svce": .string("sync-bulk"), "acct": .string("account-\(i)"), "sync": .int(1),
@@ -207,7 +212,7 @@ func syncBench(samples: Int, bulk: Int) -> Never {
     print(String(format: "sync-first  approval -> C holds all %d items  %.1fs  items/s=%.0f  (first records after %.2fs%@; pulled %d, applied %d, rejected %d; C finds %d; load %@)",
                  total, firstSync, Double(total) / firstSync, Double(firstApplied ?? 0) / 1e9, rate,
                  status?.pulled ?? 0, status?.applied ?? 0, status?.rejected ?? 0, held, loadAverage()))
-    if let bytes = cluster.databaseBytes(passfile: "/tmp/kcbench.\(getpid())syncA/pgpass") {
+    if let bytes = cluster.databaseBytes(passfile: root("A") + "/pgpass") {
         print(String(format: "sync-db     pg_database_size after %d records: %.1f MB (%.0f bytes a record, the empty database included)",
                      total, Double(bytes) / 1e6, Double(bytes) / Double(total)))
     }
