@@ -44,6 +44,11 @@ final class TestCluster {
     /// `pg_dump --data-only` of the database: everything an operator's backup holds.
     func dump() throws -> String { try Self.run(["dump", directory]) }
 
+    /// Runs `statements` with psql as the database's owner (the operator's hand); the rows
+    /// it prints, unaligned, one a line.
+    @discardableResult
+    func sql(_ statements: String) throws -> String { try Self.run(["sql", directory, statements]) }
+
     struct ClusterError: Error, CustomStringConvertible {
         let message: String
         var description: String { message }
