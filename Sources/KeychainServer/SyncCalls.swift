@@ -5,9 +5,10 @@ import KeychainStore
 import KeychainSync
 import Synchronization
 
-/// The sync calls (ops 32-39; docs/sync.md 7.4). The membership calls each open their own
-/// short-lived PostgreSQL connection (they are rare admin calls); `sync now` asks the sync
-/// thread for a pass. They reach the store only through `store`, which takes the store's lock
+/// The sync calls (ops 32-39; docs/sync.md 7.4). The admin membership calls each open their
+/// own short-lived PostgreSQL connection (they are rare); the calls any local user may make
+/// (status's refresh, devices) share one kept connection; `sync now` asks the sync thread for
+/// a pass. They reach the store only through `store`, which takes the store's lock
 /// for one step at a time: never across a statement.
 final class SyncCalls: Sendable {
     /// The libpq conninfo of `[sync] database`; nil: sync is not configured.
@@ -19,6 +20,9 @@ final class SyncCalls: Sendable {
     /// The last failure of a call that talked to the database, for status (no secret in it:
     /// messages of KeychainSync never carry keys or the conninfo's password).
     private let lastError = Mutex<String?>(nil)
+    /// The connection of status refreshes and device lists, kept between calls: a flood of
+    /// them from any local user queues on it instead of opening a PostgreSQL session each.
+    private let readConnection = Mutex<PostgresConnection?>(nil)
 
     init(database: String?, timing: SyncLoop.Timing = SyncLoop.Timing(), log: @escaping @Sendable (String) -> Void = { _ in }) {
         self.database = database
@@ -47,9 +51,11 @@ final class SyncCalls: Sendable {
             case .syncStatus:
                 // A status refreshes the roster first when it can (a pending device learns at
                 // once that it was approved); failing that it still answers, with the failure as
-                // its last error.
-                if (try store.withStore { (s) throws(KeychainError) in try s.syncCircle() }) != nil {
-                    _ = try? talking { (db) throws(KeychainError) in
+                // its last error. Not while the sync thread runs for a member: its passes
+                // refresh, and a status polled in a loop must not cost the database a query.
+                let circle = try store.withStore { (s) throws(KeychainError) in try s.syncCircle() }
+                if let circle, !(circle.state == SyncCircleState.member && loop.report != nil) {
+                    _ = try? reading { (db) throws(KeychainError) in
                         switch try SyncMembership.refresh(store: store, database: db) {
                         case .forked(let why): noteError(why)
                         case .becameMember, .newEpoch: loop.wake()  // its next pass need not wait
@@ -84,7 +90,7 @@ final class SyncCalls: Sendable {
                 try talking { (db) throws(KeychainError) in try SyncRotation.leave(store: store, database: db) }
                 return Response(result: .none)
             case .syncDevices:
-                let devices = try talking { (db) throws(KeychainError) in try SyncMembership.devices(store: store, database: db) }
+                let devices = try reading { (db) throws(KeychainError) in try SyncMembership.devices(store: store, database: db) }
                 return Response(result: .list(devices.map { .attributes(Self.attributes($0)) }))
             default:
                 throw KeychainError(.internal, "\(request.operation) is not a sync call")
@@ -104,6 +110,41 @@ final class SyncCalls: Sendable {
             return result
         } catch {
             // A refusal of what the caller typed is not the sync's failure.
+            if error.status != .itemNotFound && error.status != .param && error.status != .duplicateItem {
+                noteError(error.message)
+            }
+            throw error
+        }
+    }
+
+    /// `talking` for the calls of any local user, on the kept connection. A kept connection
+    /// the server has dropped since fails the first try; the call is a read (a refresh only
+    /// writes what it verified), so it runs once more on a new connection.
+    private func reading<T: Sendable>(_ body: (SyncDatabase) throws(KeychainError) -> T) throws(KeychainError) -> T {
+        do throws(KeychainError) {
+            guard let database else { throw Self.notConfigured }
+            let result = try readConnection.withLock { (kept) throws(KeychainError) -> T in
+                if let connection = kept {
+                    do throws(KeychainError) {
+                        return try body(SyncDatabase(connection))
+                    } catch {
+                        connection.close()
+                        kept = nil
+                    }
+                }
+                let connection = try PostgresConnection(database)
+                do throws(KeychainError) {
+                    let result = try body(SyncDatabase(connection))
+                    kept = connection
+                    return result
+                } catch {
+                    connection.close()
+                    throw error
+                }
+            }
+            noteError(nil)
+            return result
+        } catch {
             if error.status != .itemNotFound && error.status != .param && error.status != .duplicateItem {
                 noteError(error.message)
             }

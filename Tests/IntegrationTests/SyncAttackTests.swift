@@ -1,6 +1,7 @@
 import Foundation
 import KeychainClient
 import KeychainModel
+import Synchronization
 import Testing
 
 /// Sync under attack (issue 18 slice 6, docs/sync.md 5, 6, 8 and 11): races resolved the same
@@ -158,5 +159,63 @@ struct SyncAttackTests {
         #expect(try KeychainConnection(socketPath: c.socketPath).syncStatus().state == "removed")
         // The sealed record is in the store, under the epoch c holds no key for.
         #expect(try cluster.sql("SELECT count(*) FROM sync_records WHERE epoch = 1").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+    }
+
+    /// Sessions the cluster has seen end, as pg_stat_database counts them (read after a pause:
+    /// backends report at exit).
+    static func sessions(_ cluster: TestCluster) throws -> Int {
+        usleep(1_200_000)
+        let text = try cluster.sql("SELECT sessions FROM pg_stat_database WHERE datname = 'keychaind'")
+        return Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+    }
+
+    @Test func aFloodOfSyncCallsFromAnotherLocalUserOpensNoSessionPerCallAndDoesNotStallGets() throws {
+        let cluster = try TestCluster()
+        let user = try MultiUserTests.user("kcapp-a")
+        let config = """
+            socket_mode = "0666"
+            admin_uids = [0]
+            [[app]]
+            id = "app.a"
+            uids = [\(user)]
+            groups = ["a.private"]
+            [[app]]
+            id = "owner"
+            uids = [0]
+            groups = ["owner.private"]
+            """
+        let a = try SyncCircleTests.daemon(cluster, extra: config), b = try SyncCircleTests.daemon(cluster)
+        let ca = KeychainConnection(socketPath: a.socketPath)
+        _ = try ca.syncApprove(device: try KeychainConnection(socketPath: b.socketPath).syncJoin(circle: try ca.syncCreate(name: "a").circle, name: "b").device)
+        try Self.add(a, "served", "still-here")
+        try SyncItemsTests.syncNow(a)
+        for args in [["sync", "approve", String(repeating: "1", count: 32)], ["sync", "remove", String(repeating: "1", count: 32)],
+                     ["sync", "leave"], ["sync", "create", "--name", "x"]] {
+            #expect(try a.cli(args, asUser: user).status == Exit.denied, "\(args)")
+        }
+        #expect(try a.cli(["sync", "status"], asUser: user).status == Exit.success)
+
+        let start = try Self.sessions(cluster)
+        let calls = [["sync", "status"], ["sync", "devices"], ["sync", "status"], ["sync", "now"]]
+        let failures = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 5) { worker in
+            if worker == 0 {
+                // The owner's gets, timed while the flood runs.
+                for _ in 0..<20 {
+                    let t = Date()
+                    let r = try? Self.get(a, "served")
+                    if r?.text != "still-here" || Date().timeIntervalSince(t) > 2 { failures.withLock { $0 += 1 } }
+                }
+                return
+            }
+            for n in 0..<16 {
+                let r = try? a.cli(calls[(n + worker) % calls.count], asUser: user)
+                if r?.status != Exit.success { failures.withLock { $0 += 1 } }
+            }
+        }
+        #expect(failures.withLock { $0 } == 0)
+        let opened = try Self.sessions(cluster) - start
+        // 64 calls: the kept connection, psql's own session and the loop's reconnects at most.
+        #expect(opened >= 0 && opened <= 4, "\(opened) sessions for 64 sync calls")
     }
 }
