@@ -51,10 +51,9 @@ final class SyncCalls: Sendable {
             case .syncStatus:
                 // A status refreshes the roster first when it can (a pending device learns at
                 // once that it was approved); failing that it still answers, with the failure as
-                // its last error. Not while the sync thread runs for a member: its passes
-                // refresh, and a status polled in a loop must not cost the database a query.
-                let circle = try store.withStore { (s) throws(KeychainError) in try s.syncCircle() }
-                if let circle, !(circle.state == SyncCircleState.member && loop.report != nil) {
+                // its last error. On the kept connection: a status polled in a loop costs the
+                // database a few reads, never a session each.
+                if (try store.withStore { (s) throws(KeychainError) in try s.syncCircle() }) != nil {
                     _ = try? reading { (db) throws(KeychainError) in
                         switch try SyncMembership.refresh(store: store, database: db) {
                         case .forked(let why): noteError(why)
