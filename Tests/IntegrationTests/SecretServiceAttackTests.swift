@@ -122,6 +122,31 @@ struct SecretServiceAttackTests {
         #expect(outcomes["after"] as? String == Self.noSuchObject, "\(outcomes)")
     }
 
+    /// The bridge's read cache against the same attack: app A reads its item's properties and
+    /// its collections (which the bridge keeps for a few seconds), then execs a program the
+    /// config names for no app, which asks again at once on the inherited connection. It is
+    /// answered as that program is answered on a connection of its own, never A's label,
+    /// attributes or collection.
+    @Test(arguments: ["login", "session"])
+    func aProgramThatExecsAnotherGetsNoneOfTheFirstOnesCachedProperties(collection: String) throws {
+        let (a, b, setup) = try SecretServiceItemTests.twoPythons { a, _ in
+            "[[app]]\nid = \"app.a\"\nuids = [\(getuid())]\nexecutables = [\"\(a)\"]\ngroups = [\"app.a\"]\n"
+        }
+        let outcomes = try Self.attack(setup, ["execread", collection, b], interpreter: a)
+        let before = try #require(outcomes["before"] as? [String: Any], "\(outcomes)")
+        let after = try #require(outcomes["after"] as? [String: Any], "\(outcomes)")
+        let stranger = try #require(outcomes["stranger"] as? [String: Any], "\(outcomes)")
+        // What A was answered, so that the cache held it when the next program asked.
+        #expect(before["Get Label"] as? String == "victim's label", "\(before)")
+        #expect((before["Collections"] as? [String])?.count == 3, "\(before)")
+        #expect((outcomes["seconds"] as? Double ?? 99) < 5, "asked after the cache's 5 s: \(outcomes)")
+        for reading in ["Get Label", "Get Attributes", "GetAll", "Collections"] {
+            #expect("\(after[reading] ?? "none")" == "\(stranger[reading] ?? "none")", "\(reading): \(outcomes)")
+        }
+        #expect(!"\(after)".contains("victim"), "\(after)")
+        #expect(after["Collections"] as? [String] != before["Collections"] as? [String], "\(outcomes)")
+    }
+
     /// The limit docs/security.md names: the bus credits a connection to the process that
     /// opened it, so another program handed the connection speaks as that process while it
     /// lives, and for nobody once it has exited.

@@ -13,12 +13,19 @@
 #   execfirst COLLECTION NEXT       -> creates an item, reads it, then execs NEXT (another
 #                                      interpreter) on the same connection, which asks for it:
 #                                      {"before": ..., "after": ...}
+#   execread COLLECTION NEXT        -> creates an item and a collection, reads the item's Label,
+#                                      Attributes and all its properties and the service's
+#                                      Collections, then execs NEXT on the same connection, which
+#                                      reads them again at once and then on a new connection of its
+#                                      own: {"before", "after", "stranger", "seconds" from the
+#                                      first read to the last on the inherited connection}
 #   passfirst COLLECTION NEXT       -> the same, but a child runs NEXT with the connection while
 #                                      this process lives, then this process exits:
 #                                      {"before", "while the opener lives", "after it exits"}
 #   prompts                         -> unlock prompts past the limits, and of another connection
 #   portal KIND                     -> RetrieveSecret with a descriptor of KIND (fullpipe,
 #                                      noreader, readend, file): {"response", "seconds", "after"}
+import itertools
 import json
 import os
 import socket
@@ -113,7 +120,34 @@ def rss(pid):
     return 0
 
 
+def readings(conn, path):
+    """What a cache could answer about PATH and the caller's collections; each outcome."""
+    props = address(path, "org.freedesktop.DBus.Properties")
+    i = "org.freedesktop.Secret.Item"
+    return {
+        "Get Label": outcome(conn, props, "Get", "ss", (i, "Label"), lambda r: r[0][1]),
+        "Get Attributes": outcome(conn, props, "Get", "ss", (i, "Attributes"), lambda r: r[0][1]),
+        "GetAll": outcome(conn, props, "GetAll", "s", (i,), lambda r: {k: v[1] for k, v in sorted(r[0].items())}),
+        "Collections": outcome(conn, address(SERVICE.object_path, "org.freedesktop.DBus.Properties"), "Get", "ss",
+                               (SERVICE.interface, "Collections"), lambda r: sorted(r[0][1])),
+    }
+
+
 command = sys.argv[1]
+if command == "execreadsecond":
+    # Past Hello on the inherited connection, as in execsecond, with serials after the first
+    # program's, so that the bus sees one client going on.
+    path, fd, serial, before, started = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], float(sys.argv[6])
+    conn = DBusConnection.__new__(DBusConnection)
+    DBusConnectionBase.__init__(conn, socket.socket(fileno=fd))
+    conn.outgoing_serial = itertools.count(start=serial)
+    conn._router = Router(_Future)
+    conn._filters = MessageFilters()
+    after = readings(conn, path)
+    seconds = time.monotonic() - started
+    stranger = readings(open_dbus_connection(bus="SESSION"), path)
+    print(json.dumps({"before": json.loads(before), "after": after, "stranger": stranger, "seconds": seconds}))
+    sys.exit(0)
 if command in ("execsecond", "passsecond"):
     # The connection the first program opened, inherited through exec: already past Hello,
     # which jeepney's constructor would send again.
@@ -216,6 +250,17 @@ elif command == "sessions":
     results["17th"] = opened[16]
     other = open_dbus_connection(bus="SESSION")
     results["another connection"] = outcome(other, SERVICE, "OpenSession", "sv", ("plain", ("s", "")), lambda r: "ok")
+elif command == "execread":
+    session = plain_session(conn)
+    path = create(conn, sys.argv[2], session, VICTIM)
+    call(conn, SERVICE, "CreateCollection", "a{sv}s", ({"org.freedesktop.Secret.Collection.Label": ("s", "victim's collection")}, ""))
+    started = time.monotonic()  # CLOCK_MONOTONIC: the same clock after exec
+    before = readings(conn, path)
+    fd = conn.sock.fileno()
+    os.set_inheritable(fd, True)
+    serial = next(conn.outgoing_serial)
+    os.execv(sys.argv[3], [sys.argv[3], sys.argv[0], "execreadsecond", path, str(fd), str(serial),
+                           json.dumps(before), str(started)])
 elif command in ("execfirst", "passfirst"):
     session = plain_session(conn)
     path = create(conn, sys.argv[2], session, {"exec": "1"})
