@@ -74,6 +74,14 @@ enum BusCallerReader {
         return nil
     }
 
+    /// The executable `pid` runs now (one stat), or nil once it has exited, is a zombie, or
+    /// cannot be read.
+    static func executableStamp(pid: Int32) -> ExecutableStamp? {
+        var info = stat()
+        guard stat("/proc/\(pid)/exe", &info) == 0 else { return nil }
+        return ExecutableStamp(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
+
     private static func exited(_ uniqueName: String, _ pid: UInt32) -> BusErrorReply {
         .accessDenied("the process that opened \(uniqueName) (pid \(pid)) has exited")
     }

@@ -16,9 +16,8 @@ extension SecretServiceBridge {
 
     /// The records of `sender`'s created collections, from the cache or one keychaind call.
     func collectionRecords(_ sender: String) throws -> [CollectionRecord] {
-        if case .collectionRecords(let records)? = readCache.value(.collectionRecords, of: sender) { return records }
-        let records = try created(sender).all()
-        readCache.store(.collectionRecords(records), .collectionRecords, of: sender)
+        let cached = try cachedRead(.collectionRecords, sender: sender) { .collectionRecords(try created(sender).all()) }
+        guard case .collectionRecords(let records) = cached else { return [] }
         return records
     }
 

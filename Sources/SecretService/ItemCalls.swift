@@ -196,10 +196,10 @@ extension SecretServiceBridge {
         case (.collection(let collection), Self.collectionInterface):
             return try collectionProperties(collection, sender: sender, only: only)
         case (.item(let collection, let id), Self.itemInterface):
-            let key = ReadCache.Key.itemProperties(path: collection.itemPath(id))
-            if case .properties(let values)? = readCache.value(key, of: sender) { return values }
-            let values = try itemProperties(collection, id: id, sender: sender)
-            readCache.store(.properties(values), key, of: sender)
+            let cached = try cachedRead(.itemProperties(path: collection.itemPath(id)), sender: sender) {
+                .properties(try itemProperties(collection, id: id, sender: sender))
+            }
+            guard case .properties(let values) = cached else { return nil }
             return values
         default:
             return nil

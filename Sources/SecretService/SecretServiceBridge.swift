@@ -226,6 +226,18 @@ public final class SecretServiceBridge {
         return known
     }
 
+    /// `key` for `sender` from the read cache, else from `read` (keychaind), kept.
+    func cachedRead(_ key: ReadCache.Key, sender: String, _ read: () throws -> ReadCache.Value) throws -> ReadCache.Value {
+        // Stamped before keychaind is asked: an exec between the two then leaves an entry under
+        // the old program's stamp, which the new program's next lookup drops, rather than the
+        // old program's answer under the new one's stamp.
+        let executable = callers[sender].flatMap { BusCallerReader.executableStamp(pid: $0.identity.pid) }
+        if let value = readCache.value(key, of: sender, executable: executable) { return value }
+        let value = try read()
+        readCache.store(value, key, of: sender, executable: executable)
+        return value
+    }
+
     /// keychaind's calls for `sender` (op 16: decided with the caller's groups).
     func delegated(_ sender: String) throws(BusErrorReply) -> DelegatedKeychain {
         keychain.onBehalf(of: try caller(sender).identity)
