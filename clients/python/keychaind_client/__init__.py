@@ -33,6 +33,7 @@ Attributes = Dict[str, Any]
 Result = Any
 
 __all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path", "Status", "ACCESSIBLE",
+           "SYNCHRONIZABLE_ANY", "Synchronizable",
            "Key", "KeyType", "SigningAlgorithm", "AgreementAlgorithm", "EncryptionAlgorithm"]
 
 PROTOCOL_VERSION = 1
@@ -76,6 +77,30 @@ ACCESSIBLE = {
     "always-this-device-only": "dku",
     "when-passcode-set-this-device-only": "akpu",
 }
+
+
+#: kSecAttrSynchronizableAny: a search for synced and local items alike (the wire's "syna").
+SYNCHRONIZABLE_ANY = "syna"
+
+#: What the synchronizable= parameters take: True (synced items only; on add, a synced item),
+#: False (local items only), SYNCHRONIZABLE_ANY or "any" (searches: both), or None (say
+#: nothing: keychaind then matches local items only, as SecItem does, and adds a local item).
+Synchronizable = Union[bool, str, None]
+
+
+def _with_sync(attributes: Attributes, synchronizable: Synchronizable) -> Attributes:
+    """attributes with kSecAttrSynchronizable set from synchronizable (a copy; None: as given)."""
+    if synchronizable is None:
+        return attributes
+    if "sync" in attributes:
+        raise ValueError("give kSecAttrSynchronizable once: the dictionary's \"sync\" or synchronizable=, not both")
+    if isinstance(synchronizable, bool):
+        value: Union[bool, str] = synchronizable
+    elif synchronizable in (SYNCHRONIZABLE_ANY, "any"):
+        value = SYNCHRONIZABLE_ANY
+    else:
+        raise ValueError("synchronizable is True, False, None or SYNCHRONIZABLE_ANY, not %r" % (synchronizable,))
+    return dict(attributes, sync=value)
 
 
 def _pdmn(accessible: str) -> str:
@@ -280,18 +305,19 @@ class Connection:
             self._sock = None
             sock.close()
 
-    # SecItem calls
-    def add(self, attributes: Attributes) -> Result:
-        return self._call("add", _encode_dict(attributes))
+    # SecItem calls. synchronizable= sets the dictionary's "sync" (kSecAttrSynchronizable; see
+    # Synchronizable); in update it selects the items, and changes may carry "sync" to move one.
+    def add(self, attributes: Attributes, *, synchronizable: Synchronizable = None) -> Result:
+        return self._call("add", _encode_dict(_with_sync(attributes, synchronizable)))
 
-    def copy_matching(self, query: Attributes) -> Result:
-        return self._call("copyMatching", _encode_dict(query), retry=True)
+    def copy_matching(self, query: Attributes, *, synchronizable: Synchronizable = None) -> Result:
+        return self._call("copyMatching", _encode_dict(_with_sync(query, synchronizable)), retry=True)
 
-    def update(self, query: Attributes, changes: Attributes) -> None:
-        self._call("update", _encode_dict(query) + _encode_dict(changes))
+    def update(self, query: Attributes, changes: Attributes, *, synchronizable: Synchronizable = None) -> None:
+        self._call("update", _encode_dict(_with_sync(query, synchronizable)) + _encode_dict(changes))
 
-    def delete(self, query: Attributes) -> None:
-        self._call("delete", _encode_dict(query))
+    def delete(self, query: Attributes, *, synchronizable: Synchronizable = None) -> None:
+        self._call("delete", _encode_dict(_with_sync(query, synchronizable)))
 
     # daemon calls
     def status(self) -> Attributes:
@@ -483,39 +509,44 @@ class Connection:
                                         "lost the connection to keychaind mid-answer: %s" % e) from None
 
     # the common case
-    def get_password(self, service: str, account: str) -> Optional[bytes]:
-        """The secret of a generic password, or None."""
+    def get_password(self, service: str, account: str, *,
+                     synchronizable: Synchronizable = None) -> Optional[bytes]:
+        """The secret of a generic password, or None. A local one unless synchronizable says
+        otherwise (True: a synced one; SYNCHRONIZABLE_ANY: either)."""
         try:
-            return self.copy_matching({"class": "genp", "svce": service, "acct": account, "r_Data": True})
+            return self.copy_matching({"class": "genp", "svce": service, "acct": account, "r_Data": True},
+                                      synchronizable=synchronizable)
         except KeychainError as e:
             if e.status == Status.ITEM_NOT_FOUND:
                 return None
             raise
 
     def set_password(self, service: str, account: str, secret: Union[str, bytes],
-                     accessible: Optional[str] = None) -> None:
+                     accessible: Optional[str] = None, *, synchronizable: Synchronizable = None) -> None:
         """Adds or replaces a generic password; secret is bytes or str. accessible: when the
         secret is readable, by name ("when-unlocked", the default; "after-first-unlock"...,
-        see ACCESSIBLE) or by its pdmn code."""
+        see ACCESSIBLE) or by its pdmn code. synchronizable=True: the synced item of that
+        service and account (a this-device-only class is then refused, Status.PARAM)."""
         data = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
         item = {"class": "genp", "svce": service, "acct": account, "v_Data": data}
         if accessible:
             accessible = _pdmn(accessible)
             item["pdmn"] = accessible
         try:
-            self.add(item)
+            self.add(item, synchronizable=synchronizable)
         except KeychainError as e:
             if e.status != Status.DUPLICATE_ITEM:
                 raise
             changes: Attributes = {"v_Data": data}
             if accessible:
                 changes["pdmn"] = accessible
-            self.update({"class": "genp", "svce": service, "acct": account}, changes)
+            self.update({"class": "genp", "svce": service, "acct": account}, changes, synchronizable=synchronizable)
 
-    def delete_password(self, service: str, account: str) -> None:
-        """Deletes a generic password; KeychainError(ITEM_NOT_FOUND) when there is none.
-        Works while the keychain is locked, as SecItemDelete does: deleting needs no class key."""
-        self.delete({"class": "genp", "svce": service, "acct": account})
+    def delete_password(self, service: str, account: str, *, synchronizable: Synchronizable = None) -> None:
+        """Deletes a generic password (local unless synchronizable says otherwise);
+        KeychainError(ITEM_NOT_FOUND) when there is none. Works while the keychain is locked,
+        as SecItemDelete does: deleting needs no class key."""
+        self.delete({"class": "genp", "svce": service, "acct": account}, synchronizable=synchronizable)
 
 
 def _lp(b):
