@@ -23,7 +23,7 @@ import socket
 import stat
 import struct
 import threading
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 # What the SecItem calls take and return: values as in docs/protocol.md, section 3.
 Attributes = Dict[str, Any]
@@ -33,7 +33,7 @@ Attributes = Dict[str, Any]
 Result = Any
 
 __all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path", "Status", "ACCESSIBLE",
-           "SYNCHRONIZABLE_ANY", "Synchronizable",
+           "SYNCHRONIZABLE_ANY", "Synchronizable", "SyncStatus", "SyncDevice", "SyncFingerprints", "SyncRemoval",
            "Key", "KeyType", "SigningAlgorithm", "AgreementAlgorithm", "EncryptionAlgorithm"]
 
 PROTOCOL_VERSION = 1
@@ -260,7 +260,9 @@ class _Reader:
 _OPS = {"add": 1, "copyMatching": 2, "update": 3, "delete": 4, "status": 5,
         "lock": 6, "unlock": 7, "setPasscode": 8, "changePasscode": 9, "removePasscode": 10,
         "keyGenerate": 24, "keyPublic": 25, "keySign": 26, "keyVerify": 27, "keyAgree": 28,
-        "keyEncrypt": 29, "keyDecrypt": 30}
+        "keyEncrypt": 29, "keyDecrypt": 30,
+        "syncStatus": 32, "syncCreate": 33, "syncJoin": 34, "syncApprove": 35, "syncRemove": 36,
+        "syncDevices": 37, "syncLeave": 38, "syncNow": 39}
 
 
 class Connection:
@@ -361,6 +363,42 @@ class Connection:
 
     def key_decrypt(self, query: Attributes, parameters: Attributes) -> bytes:
         return self._call("keyDecrypt", _encode_dict(query) + _encode_dict(parameters), retry=True)
+
+    # sync calls (docs/protocol.md, operations 32-39). Without a [sync] database in keychaind's
+    # config every one raises KeychainError(NOT_AVAILABLE) naming the setting.
+    def sync_status(self) -> SyncStatus:
+        """This device's circle membership and sync thread; state "off" outside a circle."""
+        return SyncStatus._from_answer(self._call("syncStatus", b"", retry=True))
+
+    def sync_now(self) -> None:
+        """Runs a sync pass (push and pull) and returns once it has ended; its failure raises.
+        NOT_AVAILABLE outside a circle; INTERACTION_NOT_ALLOWED before the first unlock."""
+        self._call("syncNow", b"", retry=True)
+
+    def sync_devices(self) -> List[SyncDevice]:
+        """The circle's devices, members and those waiting for approval."""
+        return [SyncDevice._from_answer(a) for a in self._call("syncDevices", b"", retry=True) or []]
+
+    # admin sync calls: the caller needs keychaind's admin right (root or the daemon's uid by default).
+    def sync_create(self, name: str) -> SyncFingerprints:
+        """Founds a circle in the configured database; name (at most 64 bytes) names this device."""
+        return SyncFingerprints._from_answer(self._call("syncCreate", _lp(name)))
+
+    def sync_join(self, circle: str, name: str) -> SyncFingerprints:
+        """Asks to join the circle of those digits; a member then approves the device's digits."""
+        return SyncFingerprints._from_answer(self._call("syncJoin", _lp(circle) + _lp(name)))
+
+    def sync_approve(self, device: str) -> SyncDevice:
+        """Makes the waiting device of those digits a member (compare them on both devices first)."""
+        return SyncDevice._from_answer(self._call("syncApprove", _lp(device)))
+
+    def sync_remove(self, device: str) -> SyncRemoval:
+        """Removes the member of those digits, rotating the circle key."""
+        return SyncRemoval._from_answer(self._call("syncRemove", _lp(device)))
+
+    def sync_leave(self) -> None:
+        """Leaves the circle; the items stay on this device."""
+        self._call("syncLeave", b"")
 
     # transport
     def _connect(self):
@@ -554,5 +592,6 @@ def _lp(b):
     return struct.pack("<I", len(b)) + b
 
 
-# The key API; imported last because it builds on Connection.
+# The key API and the sync calls' answers; imported last because they build on what is above.
 from .keys import AgreementAlgorithm, EncryptionAlgorithm, Key, KeyType, SigningAlgorithm  # noqa: E402
+from .sync import SyncDevice, SyncFingerprints, SyncRemoval, SyncStatus  # noqa: E402

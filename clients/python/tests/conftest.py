@@ -57,13 +57,32 @@ class Daemon:
         self.start()
 
 
+def _remove(d):
+    d.stop()
+    d.log.close()
+    shutil.rmtree(d.root, ignore_errors=True)
+
+
 @pytest.fixture
 def daemon():
     d = Daemon()
     yield d
-    d.stop()
-    d.log.close()
-    shutil.rmtree(d.root, ignore_errors=True)
+    _remove(d)
+
+
+@pytest.fixture
+def start_daemon():
+    """start_daemon(config) starts another daemon with that TOML; each is removed after the test."""
+    started = []
+
+    def start(config=""):
+        d = Daemon(config)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        _remove(d)
 
 
 @pytest.fixture

@@ -1,10 +1,17 @@
 """Synchronizable items and the sync calls (docs/sync.md 7.4, docs/protocol.md operations 32-39),
 with Apple's kSecAttrSynchronizable rules (reference/keychain-semantics.md)."""
 
+import glob
+import os
+import shutil
+import subprocess
+
 import pytest
 
-from keychaind_client import SYNCHRONIZABLE_ANY, KeychainError, Status
+from keychaind_client import SYNCHRONIZABLE_ANY, Connection, KeychainError, Status, SyncStatus
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+PG_CLUSTER = os.path.join(HERE, "..", "..", "..", "scripts", "pg-cluster")
 ITEM = {"class": "genp", "svce": "sync.example.com", "acct": "alice"}
 
 
@@ -86,3 +93,95 @@ def test_synchronizable_given_twice_or_as_something_else_is_a_value_error(conn):
         conn.copy_matching(ITEM, synchronizable="yes")
     with pytest.raises(ValueError):
         conn.delete(ITEM, synchronizable=1)
+
+
+# -- the sync calls on daemons in no circle --
+
+def test_without_a_sync_section_the_sync_calls_are_not_available_naming_the_setting(conn):
+    for call in (conn.sync_status, conn.sync_now, conn.sync_devices):
+        with pytest.raises(KeychainError) as e:
+            call()
+        assert e.value.status == Status.NOT_AVAILABLE
+        assert "[sync]" in e.value.message and "database" in e.value.message
+
+
+def test_a_daemon_with_a_database_but_in_no_circle_reports_state_off(start_daemon):
+    # Nothing listens on port 1: a status outside a circle never connects.
+    d = start_daemon('\n[sync]\ndatabase = "host=127.0.0.1 port=1 dbname=keychaind user=keychaind"\n')
+    with Connection(d.socket) as c:
+        status = c.sync_status()
+        assert isinstance(status, SyncStatus)
+        assert (status.state, status.loop, status.circle, status.members) == ("off", "off", None, 0)
+        assert status.last_pass is None and status.pushed == 0
+        with pytest.raises(KeychainError) as e:
+            c.sync_now()
+        assert e.value.status == Status.NOT_AVAILABLE
+
+
+# -- two daemons, one PostgreSQL cluster (scripts/pg-cluster) --
+
+def _have_postgresql():
+    return shutil.which("initdb") is not None or bool(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A throw-away PostgreSQL cluster: (port, password); removed after the test."""
+    if not _have_postgresql():
+        pytest.skip("no PostgreSQL server binaries (the postgresql package; scripts/install-deps)")
+    # The script's output goes to a file, not a pipe: the server it starts must hold no pipe of ours.
+    out = tmp_path / "pg-cluster.out"
+    with open(str(out), "w") as f:
+        subprocess.run([PG_CLUSTER, "start"], stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                       check=True, timeout=120)
+    values = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    directory = values["PGCLUSTER_DIR"]
+    try:
+        with open(os.path.join(directory, "port")) as f:
+            port = f.read().strip()
+        with open(os.path.join(directory, "password")) as f:
+            password = f.read().strip()
+        yield port, password
+    finally:
+        subprocess.run([PG_CLUSTER, "stop", directory], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=120)
+
+
+def sync_config(cluster, tmp_path):
+    """The [sync] section of a daemon on cluster, its password in a 0600 passfile."""
+    port, password = cluster
+    passfile = tmp_path / "pgpass"
+    if not passfile.exists():
+        passfile.write_text("127.0.0.1:%s:keychaind:keychaind:%s\n" % (port, password))
+        os.chmod(str(passfile), 0o600)
+    return '\n[sync]\ndatabase = "host=127.0.0.1 port=%s dbname=keychaind user=keychaind passfile=%s"\n' % (
+        port, passfile)
+
+
+def test_a_password_set_synchronizable_on_one_daemon_is_read_on_another_after_sync_now(cluster, tmp_path, start_daemon):
+    config = sync_config(cluster, tmp_path)
+    with Connection(start_daemon(config).socket) as a, Connection(start_daemon(config).socket) as b:
+        circle = a.sync_create("a").circle
+        joined = b.sync_join(circle, "b")
+        assert joined.circle == circle and b.sync_status().state == "pending"
+        approved = a.sync_approve(joined.device)
+        assert approved.name == "b" and approved.member
+        assert b.sync_status().state == "member"
+        assert [(d.name, d.member) for d in a.sync_devices()] == [("a", True), ("b", True)]
+
+        a.set_password("sync.example.com", "alice", "deploy-token", synchronizable=True)
+        a.sync_now()
+        b.sync_now()
+        assert b.get_password("sync.example.com", "alice", synchronizable=True) == b"deploy-token"
+        assert b.get_password("sync.example.com", "alice") is None  # synced items only when asked for
+
+        status = a.sync_status()
+        assert (status.state, status.loop, status.pushed, status.outbox) == ("member", "ok", 1, 0)
+        assert status.last_pass is not None and status.last_pass.to_datetime().year >= 2025
+        assert b.sync_status().applied == 1
+
+        removal = a.sync_remove(joined.device)
+        assert removal.device == joined.device and removal.epoch == 2
+        assert b.sync_status().state == "removed"
+        a.sync_leave()
+        assert a.sync_status().state == "off"
