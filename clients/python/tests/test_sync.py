@@ -6,9 +6,11 @@ import os
 import shutil
 import subprocess
 
+import keyring
 import pytest
 
 from keychaind_client import SYNCHRONIZABLE_ANY, Connection, KeychainError, Status, SyncStatus
+from keychaind_client.keyring_backend import KeychaindKeyring
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PG_CLUSTER = os.path.join(HERE, "..", "..", "..", "scripts", "pg-cluster")
@@ -116,6 +118,54 @@ def test_a_daemon_with_a_database_but_in_no_circle_reports_state_off(start_daemo
         with pytest.raises(KeychainError) as e:
             c.sync_now()
         assert e.value.status == Status.NOT_AVAILABLE
+
+
+# -- the keyring backend --
+
+def stored(daemon):
+    with Connection(daemon.socket) as c:
+        return c.copy_matching({"class": "genp", "svce": "pypi", "acct": "alice", "r_Attributes": True,
+                                "m_Limit": "m_LimitAll"}, synchronizable=SYNCHRONIZABLE_ANY)
+
+
+def test_the_keyring_backend_stores_local_passwords_unless_told_synchronizable(daemon):
+    KeychaindKeyring(daemon.socket).set_password("pypi", "alice", "local")
+    assert [a["sync"] for a in stored(daemon)] == [0]
+    KeychaindKeyring(daemon.socket).delete_password("pypi", "alice")
+    kr = KeychaindKeyring(daemon.socket, synchronizable=True)
+    kr.set_password("pypi", "alice", "synced")
+    assert [a["sync"] for a in stored(daemon)] == [1]
+    assert kr.get_password("pypi", "alice") == "synced"
+
+
+def test_keyrings_property_variable_makes_the_backend_synchronizable(daemon, monkeypatch):
+    monkeypatch.setenv("KEYRING_PROPERTY_SYNCHRONIZABLE", "1")
+    kr = KeychaindKeyring(daemon.socket)
+    assert kr.synchronizable is True
+    kr.set_password("pypi", "alice", "synced")
+    assert [a["sync"] for a in stored(daemon)] == [1]
+    monkeypatch.setenv("KEYRING_PROPERTY_SYNCHRONIZABLE", "sometimes")
+    with pytest.raises(ValueError):
+        KeychaindKeyring(daemon.socket)
+
+
+def test_the_keyring_backend_finds_changes_and_deletes_a_synced_password_without_adding_a_local_one(daemon):
+    with Connection(daemon.socket) as c:
+        c.set_password("pypi", "alice", "from-another-device", synchronizable=True)
+    kr = KeychaindKeyring(daemon.socket)
+    previous = keyring.get_keyring()
+    keyring.set_keyring(kr)
+    try:
+        assert keyring.get_password("pypi", "alice") == "from-another-device"
+        assert keyring.get_credential("pypi", None).password == "from-another-device"
+        keyring.set_password("pypi", "alice", "changed")
+        assert [a["sync"] for a in stored(daemon)] == [1]
+        assert keyring.get_password("pypi", "alice") == "changed"
+        keyring.delete_password("pypi", "alice")
+        assert keyring.get_password("pypi", "alice") is None
+    finally:
+        keyring.set_keyring(previous)
+        kr.close()
 
 
 # -- two daemons, one PostgreSQL cluster (scripts/pg-cluster) --
