@@ -65,6 +65,13 @@ def test_update_and_delete_touch_only_the_kind_synchronizable_selects(conn):
     assert e.value.status == Status.ITEM_NOT_FOUND
 
 
+def test_an_updates_changes_can_make_a_local_item_synced(conn):
+    conn.set_password("sync.example.com", "alice", "moved")
+    conn.update(ITEM, {"sync": True})
+    assert conn.get_password("sync.example.com", "alice") is None
+    assert conn.get_password("sync.example.com", "alice", synchronizable=True) == b"moved"
+
+
 @pytest.mark.parametrize("accessible", ["when-unlocked-this-device-only", "after-first-unlock-this-device-only",
                                         "always-this-device-only", "when-passcode-set-this-device-only"])
 def test_a_this_device_only_class_with_synchronizable_is_refused_by_the_daemon(conn, accessible):
