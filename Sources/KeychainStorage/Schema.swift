@@ -149,6 +149,19 @@ public enum Schema {
         ("v7: sync stamp mdat", """
         ALTER TABLE items ADD COLUMN sync_mdat INTEGER;
         """),
+        // Rollback detection (docs/sync.md, 6): the highest signed head this device verified
+        // per writer, and the reason of a rollback whose heal has not finished, so a heal cut
+        // short (the database gone, a class locked) is taken up again by the next pass even
+        // though the re-push already made the store look consistent. Nothing to fill in: the
+        // first consistent pass remembers the heads.
+        ("v8: sync heads seen", """
+        CREATE TABLE sync_heads_seen(
+            writer BLOB PRIMARY KEY CHECK (length(writer) = 16),
+            counter INTEGER NOT NULL,
+            roster_length INTEGER NOT NULL
+        );
+        ALTER TABLE sync_circle ADD COLUMN rollback TEXT;
+        """),
     ]
 
     public static var currentVersion: Int { migrations.count }

@@ -15,9 +15,11 @@ public struct SyncCircleRow: Sendable, Equatable {
     /// The store's roster as this device last saw it (a shorter one later is a rollback).
     public var storeRosterLength: Int
     public var storeRosterHash: [UInt8]?
+    /// Why the store was found rolled back, while the heal has not finished (docs/sync.md, 6).
+    public var rollback: String?
 
     public init(circleID: [UInt8], epoch: UInt32, cursor: Int64 = 0, counter: Int64 = 0, lastFullPull: Int64? = nil,
-                state: String, storeRosterLength: Int = 0, storeRosterHash: [UInt8]? = nil) {
+                state: String, storeRosterLength: Int = 0, storeRosterHash: [UInt8]? = nil, rollback: String? = nil) {
         self.circleID = circleID
         self.epoch = epoch
         self.cursor = cursor
@@ -26,6 +28,7 @@ public struct SyncCircleRow: Sendable, Equatable {
         self.state = state
         self.storeRosterLength = storeRosterLength
         self.storeRosterHash = storeRosterHash
+        self.rollback = rollback
     }
 }
 
@@ -39,7 +42,7 @@ public struct SyncCircleTable {
 
     public func row() throws(KeychainError) -> SyncCircleRow? {
         try db.query("""
-            SELECT circle_id, epoch, cursor, counter, last_full_pull, state, store_roster_length, store_roster_hash
+            SELECT circle_id, epoch, cursor, counter, last_full_pull, state, store_roster_length, store_roster_hash, rollback
             FROM sync_circle WHERE id = 1
             """) { (s) throws(KeychainError) -> SyncCircleRow? in
             guard try s.step() else { return nil }
@@ -49,22 +52,25 @@ public struct SyncCircleTable {
             }
             return SyncCircleRow(circleID: s.blob(0), epoch: UInt32(epoch), cursor: s.int(2), counter: s.int(3),
                                  lastFullPull: s.isNull(4) ? nil : s.int(4), state: s.text(5),
-                                 storeRosterLength: Int(s.int(6)), storeRosterHash: s.isNull(7) ? nil : s.blob(7))
+                                 storeRosterLength: Int(s.int(6)), storeRosterHash: s.isNull(7) ? nil : s.blob(7),
+                                 rollback: s.isNull(8) ? nil : s.text(8))
         }
     }
 
     /// Writes the whole row (founding, joining, or a new epoch).
     public func save(_ row: SyncCircleRow) throws(KeychainError) {
         try db.run("""
-            INSERT INTO sync_circle(id, circle_id, epoch, cursor, counter, last_full_pull, state, store_roster_length, store_roster_hash)
-            VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO sync_circle(id, circle_id, epoch, cursor, counter, last_full_pull, state, store_roster_length, store_roster_hash,
+              rollback)
+            VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(id) DO UPDATE SET circle_id = excluded.circle_id, epoch = excluded.epoch, cursor = excluded.cursor,
               counter = excluded.counter, last_full_pull = excluded.last_full_pull, state = excluded.state,
-              store_roster_length = excluded.store_roster_length, store_roster_hash = excluded.store_roster_hash
+              store_roster_length = excluded.store_roster_length, store_roster_hash = excluded.store_roster_hash,
+              rollback = excluded.rollback
             """, [
             .blob(row.circleID), .int(Int64(row.epoch)), .int(row.cursor), .int(row.counter),
             row.lastFullPull.map { .int($0) } ?? .null, .text(row.state), .int(Int64(row.storeRosterLength)),
-            row.storeRosterHash.map { .blob($0) } ?? .null,
+            row.storeRosterHash.map { .blob($0) } ?? .null, row.rollback.map { .text($0) } ?? .null,
         ])
     }
 
@@ -85,6 +91,17 @@ public struct SyncCircleTable {
     /// writer's counters only rise after the cursor.
     public func setLastFullPull(_ mdat: Int64) throws(KeychainError) {
         try db.run("UPDATE sync_circle SET last_full_pull = ? WHERE id = 1", [.int(mdat)])
+    }
+
+    /// Marks a rollback found (its reason) or healed (nil).
+    public func setRollback(_ reason: String?) throws(KeychainError) {
+        try db.run("UPDATE sync_circle SET rollback = ? WHERE id = 1", [reason.map { .text($0) } ?? .null])
+    }
+
+    /// Forgets how far this device has pulled, so the next pull reads every row again as a
+    /// full pull (after a rollback, what the store holds below the cursor changed).
+    public func restartPull() throws(KeychainError) {
+        try db.run("UPDATE sync_circle SET cursor = 0, last_full_pull = NULL WHERE id = 1")
     }
 
     public func setState(_ state: String) throws(KeychainError) {

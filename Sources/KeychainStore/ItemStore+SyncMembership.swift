@@ -82,6 +82,7 @@ extension ItemStore {
                 throw KeychainError(.duplicateItem, "this keychain is already in another sync circle")
             }
             try SyncRosterTable(database).deleteAll()
+            try SyncHeadsSeenTable(database).replace(with: [:])
             try syncCircleTable.save(circle)
             try appendRoster(roster, circleID: circle.circleID)
             if let circleKey {
@@ -125,6 +126,7 @@ extension ItemStore {
             try syncCircleTable.delete()
             try SyncKeysTable(database).deleteAll()
             try SyncRosterTable(database).deleteAll()
+            try SyncHeadsSeenTable(database).replace(with: [:])
         }
     }
 
@@ -147,6 +149,7 @@ extension ItemStore {
         try syncCircleTable.delete()
         try SyncKeysTable(database).deleteAll()
         try SyncRosterTable(database).deleteAll()
+        try SyncHeadsSeenTable(database).replace(with: [:])
     }
 
     private func appendRoster(_ roster: SyncRoster, circleID: [UInt8]) throws(KeychainError) {

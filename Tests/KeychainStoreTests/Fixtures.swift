@@ -141,8 +141,16 @@ func undoSchemaV6(_ db: SQLiteDatabase) throws {
     try db.execute("PRAGMA user_version = 5")
 }
 
+/// Takes a database back to schema version 7 (no remembered heads, no pending rollback).
+func undoSchemaV8(_ db: SQLiteDatabase) throws {
+    try db.execute("DROP TABLE sync_heads_seen")
+    try db.execute("ALTER TABLE sync_circle DROP COLUMN rollback")
+    try db.execute("PRAGMA user_version = 7")
+}
+
 /// Takes a database back to schema version 6 (no stamp mdat).
 func undoSchemaV7(_ db: SQLiteDatabase) throws {
+    try undoSchemaV8(db)
     try db.execute("ALTER TABLE items DROP COLUMN sync_mdat")
     try db.execute("PRAGMA user_version = 6")
 }

@@ -5,7 +5,7 @@ import Testing
 
 @Suite("Schema version 6: sync")
 struct SyncSchemaTests {
-    static let syncTables = ["sync_circle", "sync_identity", "sync_inbox", "sync_keys", "sync_outbox", "sync_roster", "sync_writers_seen"]
+    static let syncTables = ["sync_circle", "sync_heads_seen", "sync_identity", "sync_inbox", "sync_keys", "sync_outbox", "sync_roster", "sync_writers_seen"]
 
     func syncTables(_ t: TemporaryStore) throws -> [String] {
         try t.store.database.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'sync\\_%' ESCAPE '\\' ORDER BY name") { (s) throws(KeychainError) in
@@ -42,9 +42,9 @@ struct SyncSchemaTests {
         }
     }
 
-    @Test func aNewDatabaseIsAtVersionSevenWithEmptySyncTables() throws {
+    @Test func aNewDatabaseIsAtVersionEightWithEmptySyncTables() throws {
         let t = try TemporaryStore()
-        #expect(Schema.currentVersion == 7)
+        #expect(Schema.currentVersion == 8)
         #expect(try syncTables(t) == Self.syncTables)
         for table in Self.syncTables {
             let rows = try t.store.database.query("SELECT count(*) FROM \(table)") { (s) throws(KeychainError) in try s.step() ? s.int(0) : -1 }
@@ -59,12 +59,26 @@ struct SyncSchemaTests {
             try undoSchemaV7(db)
             try db.run("UPDATE items SET sync_writer = ?, sync_counter = 4", [.blob(Array(repeating: 1, count: 16))])
         }
-        #expect(try t.store.database.userVersion == 7)
+        #expect(try t.store.database.userVersion == Schema.currentVersion)
         var stamps: [SyncStamp?] = []
         try t.store.table.forEach(RowFilter(itemClass: .genericPassword, accessGroups: TemporaryStore.app.groups, sync: 1)) { row in
             stamps.append(row.syncStamp)
             return true
         }
         #expect(stamps == [SyncStamp(writer: Array(repeating: 1, count: 16), counter: 4, mdat: nil)])
+    }
+
+    @Test func aVersionSevenDatabaseGainsTheHeadsSeenTableAndKeepsItsCircleRow() throws {
+        let t = try TemporaryStore()
+        let circle = SyncCircleRow(circleID: Array(repeating: 7, count: 16), epoch: 2, cursor: 40, counter: 9, state: "member")
+        try SyncCircleTable(t.store.database).save(circle)
+        try t.editFile { db in try undoSchemaV8(db) }
+        #expect(try t.store.database.userVersion == Schema.currentVersion)
+        #expect(try SyncCircleTable(t.store.database).row() == circle)
+        #expect(try SyncHeadsSeenTable(t.store.database).heads().isEmpty)
+        let writer = try SyncDeviceID(Array(repeating: 3, count: 16))
+        try SyncHeadsSeenTable(t.store.database).raise([writer: SyncHeadPosition(counter: 5, rosterLength: 2)])
+        try SyncHeadsSeenTable(t.store.database).raise([writer: SyncHeadPosition(counter: 4, rosterLength: 3)])
+        #expect(try SyncHeadsSeenTable(t.store.database).heads() == [writer: SyncHeadPosition(counter: 5, rosterLength: 3)])
     }
 }
