@@ -123,6 +123,37 @@ extension SyncDatabase {
         return (epoch, seq)
     }
 
+    /// How many roster entries the store holds for the circle (a roster shorter than the one
+    /// a device verified is a rollback, section 6).
+    public func rosterLength(circleID: SyncCircleID) throws(KeychainError) -> Int {
+        let result = try connection.query("SELECT count(*) FROM sync_roster WHERE circle_id = $1", [.bytea(circleID.bytes)])
+        return Int(result.rows.first?.first?.int ?? 0)
+    }
+
+    /// The version of every record the store holds for the circle, by record id: what a heal
+    /// compares this device's items with (section 6). Malformed rows are left out.
+    public func versions(circleID: SyncCircleID) throws(KeychainError) -> [[UInt8]: SyncVersion] {
+        let result = try connection.query("SELECT record_id, mdat, writer, counter FROM sync_records WHERE circle_id = $1",
+                                          [.bytea(circleID.bytes)])
+        var out: [[UInt8]: SyncVersion] = [:]
+        out.reserveCapacity(result.rows.count)
+        for row in result.rows {
+            guard row.count == 4, let recordID = row[0].bytes, recordID.count == 32, let mdat = row[1].int,
+                  let writer = row[2].bytes.flatMap({ try? SyncDeviceID($0) }), let counter = row[3].int else { continue }
+            out[recordID] = SyncVersion(mdat: mdat, writer: writer, counter: counter)
+        }
+        return out
+    }
+
+    /// Raises the circle's seq to at least `seq` (a heal's first step, section 6): the rows it
+    /// pushes then get seqs above every one the healing device pulled, so a device whose cursor
+    /// is below that reads them all, and one whose cursor is above it already holds what they
+    /// carry. Under the circle row's lock, like a push. False if the circle is at another epoch.
+    public func raiseSeq(circleID: SyncCircleID, epoch: UInt32, atLeast seq: Int64) throws(KeychainError) -> Bool {
+        try connection.query("UPDATE sync_circles SET seq = greatest(seq, $3) WHERE circle_id = $1 AND epoch = $2",
+                             [.bytea(circleID.bytes), .int(Int64(epoch)), .int(seq)]).affectedRows == 1
+    }
+
     /// Deletes the circle's tombstones whose mdat (ms since 2001) is below `mdat` (section 5:
     /// the caller passes now minus 60 days); returns how many went.
     public func expireTombstones(circleID: SyncCircleID, olderThan mdat: Int64) throws(KeychainError) -> Int {

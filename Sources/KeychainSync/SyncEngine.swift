@@ -18,6 +18,15 @@ public struct SyncPassTotals: Sendable, Equatable {
     public var rejected = 0
     /// Pulled rows that went to the inbox to wait for their class key.
     public var deferred = 0
+    /// Rollbacks of the store found and healed (docs/sync.md, 6).
+    public var rollbacksHealed = 0
+    /// Heads in the store that did not verify against this device's roster, at the last
+    /// check: never trusted, so never remembered.
+    public var headsRejected = 0
+    /// What the last check of the store found; rolledBack until the heal has finished.
+    public var store: SyncStoreState = .consistent
+    /// Why the store was last found rolled back (kept after the heal, for status).
+    public var lastRollback: String?
 
     public init() {}
 }
@@ -70,10 +79,120 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
         }
         // Read afresh each pass: a rotation (slice 7) changes the epoch and resets the cursor.
         guard let member = try memberState() else { return }
+        let healing = try checkStore(member, database)
+        if let healing { try heal(member, database, healing) }
         try push(member, database)
         try pull(member, database)
+        if healing != nil { try healEnded(member, database) }
         try applyInbox(member)
         try housekeep(member, database)
+    }
+
+    /// What the store shows against what this device remembers (docs/sync.md, 6): the circle's
+    /// seq against the cursor, the roster's length against the verified one, and every head
+    /// that verifies against the roster against the one remembered for its writer. Heads that
+    /// do not verify are counted and left out. A consistent store raises the remembered heads;
+    /// a rolled-back one is recorded locally until its heal ends. Returns the rollback to heal
+    /// (found now, or found earlier and not yet healed), with the cursor it was found at.
+    private func checkStore(_ member: Member, _ database: SyncDatabase) throws(KeychainError) -> Healing? {
+        let local = try store.withStore { (s) throws(KeychainError) in (try s.syncRemembered(), try s.syncRoster()) }
+        guard let remembered = local.0, let roster = local.1 else { throw KeychainError(.notAvailable, "this keychain is in no sync circle") }
+        let found = try storeView(member, database, roster: roster)
+        var state = found.epoch < member.key.epoch
+            ? .rolledBack("the circle is at epoch \(found.epoch) in the store, below this device's \(member.key.epoch)")
+            : SyncStoreState.check(store: found.view, remembered: remembered.view.keepingHeads(of: roster))
+        var healing: Healing?
+        switch state {
+        case .consistent:
+            if let pending = remembered.rollback {
+                state = .rolledBack(pending)
+                healing = Healing(reason: pending, cursor: remembered.view.seq)
+            } else {
+                try store.withStore { (s) throws(KeychainError) in try s.syncRememberHeads(found.view.heads) }
+            }
+        case .rolledBack(let why):
+            try store.withStore { (s) throws(KeychainError) in try s.syncRollbackFound(why) }
+            healing = Healing(reason: why, cursor: remembered.view.seq)
+        case .partitioned:
+            // Withheld entries are not a rollback: nothing here would bring them back.
+            break
+        }
+        shared.withLock { s in
+            s.totals.store = state
+            s.totals.headsRejected = found.rejected
+            if case .rolledBack(let why) = state { s.totals.lastRollback = why }
+        }
+        return healing
+    }
+
+    private struct Healing: Sendable {
+        let reason: String
+        /// The cursor when the rollback was found (0 once a heal restarted the pull).
+        let cursor: Int64
+    }
+
+    /// The store's side of the check: its circle seq and epoch, roster length, and the heads
+    /// that verify against `roster`. A removed member's head is passed over (it no longer
+    /// verifies, and nothing is expected of it); any other head that does not verify counts as
+    /// rejected.
+    private func storeView(_ member: Member, _ database: SyncDatabase,
+                           roster: SyncRoster) throws(KeychainError) -> (view: SyncStoreView, epoch: UInt32, rejected: Int) {
+        let circleID = member.key.circleID
+        guard let circle = try database.circleState(circleID: circleID) else {
+            throw KeychainError(.itemNotFound, "the sync database holds no circle with this device's circle id")
+        }
+        var heads: [SyncDeviceID: SyncHeadPosition] = [:]
+        var rejected = 0
+        for head in try database.heads(circleID: circleID) {
+            if roster.members[head.device] == nil, roster.entries.contains(where: { $0.entry.subject.id == head.device }) { continue }
+            do throws(KeychainError) {
+                heads[head.device] = try head.verify(roster: roster)
+            } catch {
+                rejected += 1
+            }
+        }
+        let view = SyncStoreView(seq: circle.seq, rosterLength: try database.rosterLength(circleID: circleID), heads: heads)
+        return (view, circle.epoch, rejected)
+    }
+
+    /// The first half of a heal: raise the circle's seq past the cursor the rollback was found
+    /// at, push again every version this device holds that the store lacks (each keeping its
+    /// writer, counter and mdat) with this device's head restored, and restart the pull from
+    /// the first row. The push and full pull of the same pass follow; `healEnded` closes it.
+    private func heal(_ member: Member, _ database: SyncDatabase, _ healing: Healing) throws(KeychainError) {
+        let circleID = member.key.circleID
+        guard try database.raiseSeq(circleID: circleID, epoch: member.key.epoch, atLeast: healing.cursor) else {
+            throw KeychainError(.notAvailable, "the sync store was rolled back (\(healing.reason)) and its circle is at another epoch than this device's: it is not healed")
+        }
+        let stored = try database.versions(circleID: circleID)
+        let me = member.identity.id
+        let (rows, roster, remembered) = try store.withStore { (s) throws(KeychainError) in
+            let rows = try s.syncHealRows(circleKey: member.key, stored: stored)
+            guard let roster = try s.syncRoster() else { throw KeychainError(.notAvailable, "this keychain is in no sync circle") }
+            return (rows, roster, try s.syncRemembered()?.view.heads[me]?.counter ?? 0)
+        }
+        let storeHead = try database.heads(circleID: circleID).first { $0.device == me }.flatMap { try? $0.verify(roster: roster) }
+        let counter = ([remembered, storeHead?.counter ?? 0] + rows.filter { $0.version.writer == me }.map(\.version.counter)).max()!
+        if !rows.isEmpty || counter > 0 {
+            let head = SyncHead.signed(by: member.identity, counter: counter, roster: roster)
+            if case .epochMoved(let current) = try database.push(circleID: circleID, epoch: member.key.epoch, rows: rows, head: head) {
+                throw KeychainError(.notAvailable, "the circle moved to epoch \(current) during the heal of a rollback: it runs again at the next pass")
+            }
+            shared.withLock { $0.totals.pushed += rows.count }
+        }
+        try store.withStore { (s) throws(KeychainError) in try s.syncRestartPull() }
+    }
+
+    /// The heal's end, once the full pull reached the end: the store's verified heads are the
+    /// new baseline and the rollback is cleared.
+    private func healEnded(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
+        guard let roster = try store.withStore({ (s) throws(KeychainError) in try s.syncRoster() }) else { return }
+        let found = try storeView(member, database, roster: roster)
+        try store.withStore { (s) throws(KeychainError) in try s.syncHealed(heads: found.view.heads) }
+        shared.withLock { s in
+            s.totals.rollbacksHealed += 1
+            s.totals.store = .consistent
+        }
     }
 
     /// What a member's pass needs from the store; nil while this device is pending.
@@ -115,7 +234,13 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
             case .pushed:
                 // A lost record (the store holds a later version) needs nothing here: the pull
                 // that follows brings the winner.
-                try store.withStore { (s) throws(KeychainError) in try s.syncPushed(batch.records) }
+                // This device's own head is known good once committed: a store later showing
+                // a lower one lost these writes, even if no pass checked in between.
+                let position = SyncHeadPosition(counter: batch.head.counter, rosterLength: Int(batch.head.rosterLength))
+                try store.withStore { (s) throws(KeychainError) in
+                    try s.syncPushed(batch.records)
+                    try s.syncRememberHeads([writer: position])
+                }
                 shared.withLock { $0.totals.pushed += batch.records.count }
             }
         }
@@ -194,5 +319,13 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
         guard due else { return }
         _ = try database.expireTombstones(circleID: member.key.circleID, olderThan: SyncMembership.now() - Self.tombstoneLifetimeMs)
         shared.withLock { $0.lastHousekeeping = now }
+    }
+}
+
+extension SyncStoreView {
+    /// The remembered view without heads of devices no longer members: a removed device's
+    /// head stops verifying, which is not a rollback.
+    func keepingHeads(of roster: SyncRoster) -> SyncStoreView {
+        SyncStoreView(seq: seq, rosterLength: rosterLength, heads: heads.filter { roster.members[$0.key] != nil })
     }
 }
