@@ -27,6 +27,9 @@ enum SyncCommands {
             info["pulled"] = .int(Int64(s.pulled))
             info["applied"] = .int(Int64(s.applied))
             info["rejected"] = .int(Int64(s.rejected))
+            info["rollbacks_healed"] = .int(Int64(s.rollbacksHealed))
+            info["heads_rejected"] = .int(Int64(s.headsRejected))
+            if let why = s.lastRollback { info["last_rollback"] = .string(why) }
             if let last = s.lastPass { info["last_pass"] = .int(last) }
             if c.json {
                 Output.line(JSON.attributes(info))
@@ -42,6 +45,8 @@ enum SyncCommands {
             if let last = s.lastPass { Output.line("last pass: \(dateText(last))") }
             Output.line("inbox: \(s.inbox)")
             Output.line("pushed: \(s.pushed), pulled: \(s.pulled), applied: \(s.applied), rejected: \(s.rejected)")
+            Output.line("rollbacks healed: \(s.rollbacksHealed), heads rejected: \(s.headsRejected)")
+            if let why = s.lastRollback { Output.line("last rollback: \(why)") }
             if let error = s.lastError { Output.line("last error: \(error)") }
         },
         Command(spec: CommandSpec(name: "sync create", summary: "Found a sync circle in the configured database and print its fingerprint (admin).",

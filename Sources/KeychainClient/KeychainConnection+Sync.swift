@@ -14,7 +14,8 @@ public struct SyncStatus: Sendable, Equatable {
     /// Local changes waiting to be pushed.
     public var outbox: Int
     public var lastError: String?
-    /// The sync thread: off, waitingForUnlock, pending, connecting, ok, error or forked.
+    /// The sync thread: off, waitingForUnlock, pending, connecting, ok, error, forked,
+    /// rolledBack (the store went back and the heal has not finished) or partitioned.
     public var loop: String = "off"
     /// When the sync thread's last pass succeeded, in ms since 2001; nil before the first.
     public var lastPass: Int64?
@@ -26,6 +27,12 @@ public struct SyncStatus: Sendable, Equatable {
     public var pulled: Int = 0
     public var applied: Int = 0
     public var rejected: Int = 0
+    /// Since keychaind started: rollbacks of the store found and healed.
+    public var rollbacksHealed: Int = 0
+    /// Heads in the store that did not verify at the last check (never trusted).
+    public var headsRejected: Int = 0
+    /// Why the store was last found rolled back; nil if it has not been since keychaind started.
+    public var lastRollback: String?
 }
 
 /// What founding or joining answered: the circle's fingerprint and this device's.
@@ -52,7 +59,8 @@ extension KeychainConnection {
                           lastError: a["last_error"]?.stringValue, loop: a["loop"]?.stringValue ?? "off",
                           lastPass: a["last_pass"]?.syncInt.map(Int64.init), inbox: a["inbox"]?.syncInt ?? 0,
                           pushed: a["pushed"]?.syncInt ?? 0, pulled: a["pulled"]?.syncInt ?? 0, applied: a["applied"]?.syncInt ?? 0,
-                          rejected: a["rejected"]?.syncInt ?? 0)
+                          rejected: a["rejected"]?.syncInt ?? 0, rollbacksHealed: a["rollbacks_healed"]?.syncInt ?? 0,
+                          headsRejected: a["heads_rejected"]?.syncInt ?? 0, lastRollback: a["last_rollback"]?.stringValue)
     }
 
     /// Founds a circle in the daemon's configured database (admin). `name` names this device

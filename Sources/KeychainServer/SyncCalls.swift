@@ -165,10 +165,14 @@ final class SyncCalls: Sendable {
     }
 
     /// The sync thread's state: off, waitingForUnlock, pending, forked, or (for a member)
-    /// the loop's connecting, ok or error.
+    /// rolledBack while a rollback of the store is not healed, partitioned while a head names
+    /// a roster the store withholds, else the loop's connecting, ok or error.
     private static func loopState(_ membership: String, _ loop: DaemonSyncLoop.Report?) -> String {
-        switch membership {
-        case "off", "waitingForUnlock", SyncCircleState.pending, SyncCircleState.forked, SyncCircleState.removed: membership
+        switch (membership, loop?.totals.store) {
+        case ("off", _), ("waitingForUnlock", _), (SyncCircleState.pending, _), (SyncCircleState.forked, _), (SyncCircleState.removed, _):
+            membership
+        case (_, .rolledBack?): "rolledBack"
+        case (_, .partitioned?): "partitioned"
         default: loop?.status.state.rawValue ?? "off"
         }
     }
@@ -189,6 +193,9 @@ final class SyncCalls: Sendable {
             out["pulled"] = .int(Int64(totals.pulled))
             out["applied"] = .int(Int64(totals.applied))
             out["rejected"] = .int(Int64(totals.rejected))
+            out["rollbacks_healed"] = .int(Int64(totals.rollbacksHealed))
+            out["heads_rejected"] = .int(Int64(totals.headsRejected))
+            if let why = totals.lastRollback { out["last_rollback"] = .string(why) }
             if let last = running.status.lastSuccessfulPass { out["last_pass"] = .int(last) }
         }
         // The thread's error while it runs (nil once a pass succeeds), else the last call's.
