@@ -25,7 +25,8 @@ struct SyncCircleTests {
     }
 
     static let statusKeys: Set<String> = ["state", "circle", "device", "epoch", "members", "outbox", "last_error",
-                                          "loop", "last_pass", "inbox", "pushed", "pulled", "applied", "rejected"]
+                                          "loop", "last_pass", "inbox", "pushed", "pulled", "applied", "rejected",
+                                          "rollbacks_healed", "heads_rejected", "last_rollback"]
 
     @Test func aDeviceJoinsWithTheCircleDigitsAndAfterApprovalIsAMemberOfTheSameCircleAndEpoch() throws {
         let cluster = try TestCluster()
