@@ -133,4 +133,39 @@ struct SyncRollbackEngineTests {
         #expect(engine.totals.rollbacksHealed == 0)
         #expect(try b.store.syncCircle()?.rollback == nil)
     }
+
+    /// A full pull without the re-push of a locked class's items would delete them as gone
+    /// from the store: the heal waits for the unlock, and the rollback stays recorded.
+    @Test func aHealWaitsWhileAClassHoldingSyncedItemsIsLockedThenEndsAfterTheUnlock() throws {
+        let cluster = try TestCluster()
+        let (a, b) = try SyncEngineTests.pair(cluster)
+        try b.store.setPasscode([1, 2, 3])
+        let engineA = Self.engine(a), engineB = Self.engine(b)
+        try SyncEngineTests.add(a, "svc-1", "v1")
+        try engineA.pass(a.database)
+        try engineB.pass(b.database)
+        let snapshot = try StoreSnapshot(a.database)
+        _ = try b.store.add(["class": .string("genp"), "svce": .string("b-ak"), "acct": .string("x"), "sync": .int(1),
+                             "pdmn": .string("ak"), "v_Data": .data(Array("secret".utf8))], scope: SyncEngineTests.scope)
+        try engineB.pass(b.database)
+        try snapshot.restore()
+        b.store.lock()
+
+        #expect(throws: KeychainError.self) { try engineB.pass(b.database) }
+        guard case .rolledBack = engineB.totals.store else {
+            Issue.record("the store is \(engineB.totals.store), not rolledBack, while the heal waits")
+            return
+        }
+        #expect(try b.store.syncCircle()?.rollback != nil)
+        #expect(try b.count("sync_records") == 1)  // nothing pushed, nothing pulled
+        #expect(try b.syncedItems() == 2)
+
+        try b.store.unlock(passcode: [1, 2, 3])
+        try engineB.pass(b.database)
+        #expect(engineB.totals.rollbacksHealed == 1)
+        #expect(engineB.totals.store == .consistent)
+        #expect(try b.store.syncCircle()?.rollback == nil)
+        #expect(try b.count("sync_records") == 2)
+        #expect(try b.syncedItems() == 2)
+    }
 }
