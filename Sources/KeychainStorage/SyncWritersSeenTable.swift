@@ -1,8 +1,8 @@
 import KeychainModel
 
 /// The table sync_writers_seen, as the pull's replay check uses it (docs/sync.md, 6): per
-/// writer, the highest counter this device has seen after its cursor. Its head columns belong
-/// to the rollback check and are left as they are.
+/// writer, the highest counter this device has seen after its cursor. Its head columns are
+/// unused: the rollback check keeps its heads in sync_heads_seen (schema v8).
 public struct SyncWritersSeenTable {
     public let db: SQLiteDatabase
 
