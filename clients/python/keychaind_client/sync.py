@@ -35,7 +35,8 @@ class SyncStatus:
     """This device's sync state, as `keychain sync status` shows it."""
     #: off, waitingForUnlock, pending, member, removed or forked.
     state: str
-    #: The sync thread: off, waitingForUnlock, pending, connecting, ok, error or forked.
+    #: The sync thread: off, waitingForUnlock, pending, connecting, ok, error, forked,
+    #: rolledBack (the database went back in time; healing) or partitioned.
     loop: str
     epoch: int
     members: int
@@ -56,6 +57,11 @@ class SyncStatus:
     #: milliseconds since 2001; this is the same instant as an AbsoluteTime.
     last_pass: Optional[AbsoluteTime]
     last_error: Optional[str]
+    #: Since keychaind started: database rollbacks found and healed, and heads in the
+    #: database whose signature did not verify; the reason of the last rollback found.
+    rollbacks_healed: int = 0
+    heads_rejected: int = 0
+    last_rollback: Optional[str] = None
 
     @classmethod
     def _from_answer(cls, answer: Any) -> SyncStatus:
@@ -66,7 +72,8 @@ class SyncStatus:
                    circle=_str(a, "circle"), device=_str(a, "device"), pushed=_int(a, "pushed"),
                    pulled=_int(a, "pulled"), applied=_int(a, "applied"), rejected=_int(a, "rejected"),
                    last_pass=AbsoluteTime(last_pass / 1000.0) if isinstance(last_pass, int) else None,
-                   last_error=_str(a, "last_error"))
+                   last_error=_str(a, "last_error"), rollbacks_healed=_int(a, "rollbacks_healed"),
+                   heads_rejected=_int(a, "heads_rejected"), last_rollback=_str(a, "last_rollback"))
 
 
 @dataclass(frozen=True)

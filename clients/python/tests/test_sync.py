@@ -235,6 +235,7 @@ def test_a_password_set_synchronizable_on_one_daemon_is_read_on_another_after_sy
         status = a.sync_status()
         assert (status.state, status.loop, status.pushed, status.outbox) == ("member", "ok", 1, 0)
         assert status.last_pass is not None and status.last_pass.to_datetime().year >= 2025
+        assert (status.rollbacks_healed, status.heads_rejected, status.last_rollback) == (0, 0, None)
         assert b.sync_status().applied == 1
 
         removal = a.sync_remove(joined.device)
