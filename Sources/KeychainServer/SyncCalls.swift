@@ -100,19 +100,11 @@ final class SyncCalls: Sendable {
     }
 
     private func talking<T>(_ body: (SyncDatabase) throws(KeychainError) -> T) throws(KeychainError) -> T {
-        do throws(KeychainError) {
+        try noting { () throws(KeychainError) -> T in
             guard let database else { throw Self.notConfigured }
             let connection = try PostgresConnection(database)
             defer { connection.close() }
-            let result = try body(SyncDatabase(connection))
-            noteError(nil)
-            return result
-        } catch {
-            // A refusal of what the caller typed is not the sync's failure.
-            if error.status != .itemNotFound && error.status != .param && error.status != .duplicateItem {
-                noteError(error.message)
-            }
-            throw error
+            return try body(SyncDatabase(connection))
         }
     }
 
@@ -120,9 +112,9 @@ final class SyncCalls: Sendable {
     /// the server has dropped since fails the first try; the call is a read (a refresh only
     /// writes what it verified), so it runs once more on a new connection.
     private func reading<T: Sendable>(_ body: (SyncDatabase) throws(KeychainError) -> T) throws(KeychainError) -> T {
-        do throws(KeychainError) {
+        try noting { () throws(KeychainError) -> T in
             guard let database else { throw Self.notConfigured }
-            let result = try readConnection.withLock { (kept) throws(KeychainError) -> T in
+            return try readConnection.withLock { (kept) throws(KeychainError) -> T in
                 if let connection = kept {
                     do throws(KeychainError) {
                         return try body(SyncDatabase(connection))
@@ -141,9 +133,17 @@ final class SyncCalls: Sendable {
                     throw error
                 }
             }
+        }
+    }
+
+    /// Runs a call to the database and keeps its outcome as status's last error.
+    private func noting<T>(_ call: () throws(KeychainError) -> T) throws(KeychainError) -> T {
+        do throws(KeychainError) {
+            let result = try call()
             noteError(nil)
             return result
         } catch {
+            // A refusal of what the caller typed is not the sync's failure.
             if error.status != .itemNotFound && error.status != .param && error.status != .duplicateItem {
                 noteError(error.message)
             }

@@ -9,12 +9,6 @@ import Testing
 /// end with the same items, every write made after the backup included.
 @Suite("Sync rollback: a restored database is found and healed by the daemons")
 struct SyncRollbackTests {
-    static func add(_ d: RunningDaemon, _ service: String, _ secret: String) throws {
-        let r = try d.cli(["add", "--synchronizable", "--accessible", "after-first-unlock", "--service", service, "--account", "x"],
-                          input: bytes(secret))
-        #expect(r.status == Exit.success, "\(r.stderr)")
-    }
-
     static func get(_ d: RunningDaemon, _ service: String) throws -> String? {
         let r = try d.cli(["get", "--synchronizable", "--service", service, "--account", "x"])
         return r.status == Exit.success ? r.text : nil
@@ -54,14 +48,14 @@ struct SyncRollbackTests {
     @Test func aRestoredDatabaseIsHealedAndBothDaemonsKeepEveryWriteMadeAfterTheBackup() throws {
         let cluster = try TestCluster()
         let (a, b) = try SyncItemsTests.circle(cluster)
-        try Self.add(a, "kept", "k1")
-        try Self.add(a, "updated", "before-backup")
-        try Self.add(b, "deleted", "d1")
+        try SyncAttackTests.add(a, "kept", "k1")
+        try SyncAttackTests.add(a, "updated", "before-backup")
+        try SyncAttackTests.add(b, "deleted", "d1")
         for d in [a, b, a] { try SyncItemsTests.syncNow(d) }
         try Self.snapshot(cluster)
 
-        try Self.add(a, "a-after", "a2")
-        try Self.add(b, "b-after", "b2")
+        try SyncAttackTests.add(a, "a-after", "a2")
+        try SyncAttackTests.add(b, "b-after", "b2")
         #expect(try a.cli(["update", "--synchronizable", "--service", "updated", "--account", "x"], input: bytes("after-backup")).status == Exit.success)
         #expect(try a.cli(["delete", "--synchronizable", "--service", "deleted", "--account", "x"]).status == Exit.success)
         for d in [a, b, a] { try SyncItemsTests.syncNow(d) }
@@ -98,7 +92,7 @@ struct SyncRollbackTests {
         #expect(healedA.filter { !$0.contains("\"svce\":\"deleted\"") } == before)
 
         // Healed, the circle syncs on by notification alone.
-        try Self.add(a, "after-heal", "h1")
+        try SyncAttackTests.add(a, "after-heal", "h1")
         #expect(try SyncItemsTests.waitForGet(b, ["--synchronizable", "--service", "after-heal", "--account", "x"], "h1", within: 2) != nil)
     }
 }
