@@ -8,7 +8,8 @@ import Synchronization
 /// configured, a local circle row that is not forked, and ck loaded since boot, since the
 /// identity and circle keys are sealed under it), woken by local writes that queued a push,
 /// stopped with the daemon. A pending device's thread only refreshes its membership until a
-/// member approves it.
+/// member approves it. The thread outlives a leave or an erase and follows the keychain into
+/// the next circle it joins or creates.
 final class DaemonSyncLoop: Sendable {
     /// The loop's state and what its passes did, for status.
     struct Report: Sendable {
@@ -19,6 +20,15 @@ final class DaemonSyncLoop: Sendable {
     private struct Running: Sendable {
         let loop: SyncLoop
         let totals: @Sendable () -> SyncPassTotals
+        /// The circle whose notifications the thread listens for.
+        var circleID: SyncCircleID
+    }
+
+    /// What `startIfReady` found to do.
+    private enum Step: Sendable {
+        case nothing
+        case moved
+        case start(SyncCircleID)
     }
 
     private struct State: ~Copyable {
@@ -40,17 +50,35 @@ final class DaemonSyncLoop: Sendable {
 
     var isRunning: Bool { state.withLock { $0.running != nil } }
 
-    /// Starts the thread if it can run now and is not running. Cheap when it runs already or
-    /// sync is not configured; otherwise one read of the circle row under the store's lock
-    /// (the caller must not hold it).
+    /// Starts the thread if it can run now and is not running; if it runs for another circle
+    /// than the store's (the keychain left or was erased, then joined or created another),
+    /// moves it to the store's. Cheap when sync is not configured; otherwise one read of the
+    /// circle row under the store's lock (the caller must not hold it).
     func startIfReady<Store: SyncLocalStore & Sendable>(store: Store) {
-        guard let database, state.withLock({ $0.running == nil && !$0.stopped }) else { return }
-        let circle = try? store.withStore { (s) throws(KeychainError) -> [UInt8]? in
+        guard let database, !state.withLock({ $0.stopped }) else { return }
+        // Decided under the store's lock, so that a call that read the circle before a join
+        // cannot move the thread back after one that read it after.
+        let step = try? store.withStore { (s) throws(KeychainError) -> Step in
             guard let circle = try s.syncCircle(), circle.state != SyncCircleState.forked, circle.state != SyncCircleState.removed,
-                  s.isAvailable(.afterFirstUnlock) else { return nil }
-            return circle.circleID
+                  s.isAvailable(.afterFirstUnlock) else { return .nothing }
+            let circleID = try SyncCircleID(circle.circleID)
+            return state.withLock { (current) -> Step in
+                guard let running = current.running else { return .start(circleID) }
+                guard running.circleID != circleID else { return .nothing }
+                running.loop.follow(circleID: circleID)
+                current.running?.circleID = circleID
+                return .moved
+            }
         }
-        guard let bytes = circle ?? nil, let circleID = try? SyncCircleID(bytes) else { return }
+        guard let step else { return }
+        let circleID: SyncCircleID
+        switch step {
+        case .nothing: return
+        case .moved:
+            log("the sync thread follows the keychain to another circle")
+            return
+        case .start(let id): circleID = id
+        }
         let engine = SyncEngine(store: store)
         let loop: SyncLoop
         do throws(KeychainError) {
@@ -63,7 +91,7 @@ final class DaemonSyncLoop: Sendable {
         }
         let started = state.withLock { (s) -> Bool in
             guard s.running == nil, !s.stopped else { return false }
-            s.running = Running(loop: loop, totals: { engine.totals })
+            s.running = Running(loop: loop, totals: { engine.totals }, circleID: circleID)
             return true
         }
         guard started else { return }

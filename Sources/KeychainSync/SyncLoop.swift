@@ -62,6 +62,8 @@ public final class SyncLoop: Sendable {
     }
 
     private struct Shared: ~Copyable {
+        init(channel: String) { self.channel = channel }
+
         var status = Status(state: .connecting, lastError: nil, lastSuccessfulPass: nil, passes: 0)
         var started = false
         var stopping = false
@@ -74,6 +76,8 @@ public final class SyncLoop: Sendable {
         var answered: UInt64 = 0
         var waiters: [UInt64: DispatchSemaphore] = [:]
         var answers: [UInt64: Result<Void, KeychainError>] = [:]
+        /// The channel of the circle the loop serves now (`follow(circleID:)` changes it).
+        var channel: String
 
         /// Gives every waiting ticket up to `ticket` its answer.
         mutating func answer(upTo ticket: UInt64, with result: Result<Void, KeychainError>) {
@@ -87,18 +91,17 @@ public final class SyncLoop: Sendable {
     }
 
     private let connectionString: String
-    private let channel: String
     private let timing: Timing
     private let pass: Pass
     private let wakeup: Wakeup
-    private let shared = Mutex(Shared())
+    private let shared: Mutex<Shared>
     private let exitSignal = DispatchSemaphore(value: 0)
 
     /// A loop for the circle `circleID` in the database `connectionString` (libpq conninfo or
     /// URI; kept only in memory and never repeated in a message). Nothing runs until `start()`.
     public init(connectionString: String, circleID: SyncCircleID, timing: Timing = Timing(), pass: @escaping Pass) throws(KeychainError) {
         self.connectionString = connectionString
-        channel = SyncDatabase.channel(circleID: circleID.bytes)
+        shared = Mutex(Shared(channel: SyncDatabase.channel(circleID: circleID.bytes)))
         self.timing = timing
         self.pass = pass
         wakeup = try Wakeup()
@@ -123,6 +126,19 @@ public final class SyncLoop: Sendable {
     public func wake() { wakeup.signal() }
 
     public var status: Status { shared.withLock { $0.status } }
+
+    /// Serves the circle `circleID` from now on: the thread moves its LISTEN to that circle's
+    /// channel before its next pass (the keychain left or was erased, and joined another
+    /// circle; the pass reads the circle afresh from the store, but the notifications it
+    /// wakes on come from the channel).
+    public func follow(circleID: SyncCircleID) {
+        let channel = SyncDatabase.channel(circleID: circleID.bytes)
+        let changed = shared.withLock { s in
+            defer { s.channel = channel }
+            return s.channel != channel
+        }
+        if changed { wakeup.signal() }
+    }
 
     /// Runs a pass that starts after this call and returns when it has finished, throwing its
     /// error (`sync now`, op 39: "answer when caught up or on error"). While the database is
@@ -181,17 +197,17 @@ public final class SyncLoop: Sendable {
     private func run() {
         var retry = timing.firstRetry
         while !isStopping {
-            let connection: PostgresConnection
+            let connection: PostgresConnection, listening: String
             do {
                 guard let connected = try connect() else { break }
-                connection = connected
+                (connection, listening) = connected
             } catch {
                 failed(error, answering: true)
                 guard waitBeforeConnecting(retry) else { break }
                 retry = min(retry * 2, timing.longestRetry)
                 continue
             }
-            let passed = serve(connection)
+            let passed = serve(connection, listening: listening)
             shared.withLock { $0.canceller = nil }
             connection.close()
             // A server that accepts connections and drops them before any pass succeeds gets
@@ -210,15 +226,15 @@ public final class SyncLoop: Sendable {
         exitSignal.signal()
     }
 
-    /// A new connection listening on the circle's channel, its canceller where `stop()` finds
-    /// it; nil if the loop stopped meanwhile.
-    private func connect() throws(KeychainError) -> PostgresConnection? {
+    /// A new connection listening on the circle's channel (returned with it), its canceller
+    /// where `stop()` finds it; nil if the loop stopped meanwhile.
+    private func connect() throws(KeychainError) -> (PostgresConnection, String)? {
         let connection = try PostgresConnection(connectionString)
         connection.statementTimeout = timing.statementTimeout
         let canceller = try connection.makeCanceller()
-        let stopping = shared.withLock { s in
+        let (stopping, channel) = shared.withLock { s in
             if !s.stopping { s.canceller = canceller }
-            return s.stopping
+            return (s.stopping, s.channel)
         }
         if stopping {
             connection.close()
@@ -231,16 +247,31 @@ public final class SyncLoop: Sendable {
             connection.close()
             throw error
         }
-        return connection
+        return (connection, channel)
     }
 
     /// Runs passes on `connection` until the loop stops or the connection is lost; whether
     /// any of them succeeded.
-    private func serve(_ connection: PostgresConnection) -> Bool {
+    private func serve(_ connection: PostgresConnection, listening: String) -> Bool {
         let database = SyncDatabase(connection)
+        var listening = listening
         var due = true
         var passed = false
         while !isStopping {
+            let channel = shared.withLock { $0.channel }
+            if channel != listening {
+                // LISTEN on the new channel before the pass: whatever was pushed before it is
+                // pulled by the pass, whatever after it notifies.
+                do {
+                    try connection.listen(channel)
+                    try connection.unlisten(listening)
+                } catch {
+                    failed(error, answering: false)
+                    return passed
+                }
+                listening = channel
+                due = true
+            }
             if due {
                 passed = runPass(database) || passed
                 guard connection.isConnected else { return passed }

@@ -51,3 +51,30 @@ struct SyncRemoveTests {
         #expect(aStatus.epoch == 2 && aStatus.members == 1)
     }
 }
+
+/// A device that leaves one circle and joins another must hear the new circle's pushes: its
+/// running sync thread moves its LISTEN to the new circle's channel (docs/sync.md 7.2).
+@Suite("Sync thread follows the circle it serves")
+struct SyncLoopFollowsTheCircleTests {
+    let item = ["--service", "follow-svc-Jx4", "--account", "follow-acct-Lm2"]
+
+    @Test func afterLeavingAndJoiningAnotherCircleAnAddThereReachesTheDeviceWithoutSyncNow() throws {
+        let cluster = try TestCluster()
+        let (_, b) = try SyncItemsTests.circle(cluster)
+        try SyncItemsTests.syncNow(b)  // b's thread is connected and listening on the first circle
+        let left = try b.cli(["sync", "leave"])
+        #expect(left.status == Exit.success, "\(left.stderr)")
+
+        let c = try SyncCircleTests.daemon(cluster)
+        let cc = KeychainConnection(socketPath: c.socketPath), cb = KeychainConnection(socketPath: b.socketPath)
+        let second = try cc.syncCreate(name: "c").circle
+        _ = try cc.syncApprove(device: try cb.syncJoin(circle: second, name: "b").device)
+        let status = try cb.syncStatus()
+        #expect(status.state == "member" && status.circleFingerprint == second)
+        for d in [c, b] { try SyncItemsTests.syncNow(d) }
+
+        #expect(try c.cli(["add", "--synchronizable", "--accessible", "after-first-unlock"] + item, input: bytes("tok")).status == Exit.success)
+        let took = try SyncItemsTests.waitForGet(b, item, "tok", within: 5)
+        #expect(took != nil, "the add on the second circle did not reach b within 5 s without `sync now`")
+    }
+}

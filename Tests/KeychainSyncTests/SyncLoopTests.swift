@@ -84,6 +84,25 @@ struct SyncLoopTests {
         #expect(Self.eventually(within: .seconds(1)) { log.count == 2 })
     }
 
+    @Test func afterFollowingAnotherCircleItsChannelWakesTheLoopAndTheOldOneNoLonger() throws {
+        let f = try F()
+        let log = PassLog()
+        let loop = try Self.loop(f) { _ in log.started() }
+        defer { loop.stop() }
+        #expect(Self.eventually { log.count == 1 })
+        let next = SyncCircleID.random()
+        loop.follow(circleID: next)
+        // Moving runs a pass: what was pushed to the new circle before the LISTEN is pulled by it.
+        #expect(Self.eventually(within: .seconds(1)) { log.count == 2 })
+        let sender = try PostgresConnection(f.cluster.url)
+        defer { sender.close() }
+        try sender.notify(SyncDatabase.channel(circleID: f.circle.bytes), payload: "old")
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(log.count == 2)
+        try sender.notify(SyncDatabase.channel(circleID: next.bytes), payload: "new")
+        #expect(Self.eventually(within: .seconds(1)) { log.count == 3 })
+    }
+
     @Test func thePassRunsWhenTheIntervalPassesWithoutAWakeup() throws {
         let f = try F()
         let log = PassLog()
