@@ -154,7 +154,7 @@ final class StoreExecutor: Sendable {
                 return handler.refusal(of: request, from: caller, policy: policy)
             }
             if let refusal { return refusal }
-            return sync.run(request, store: LockedStore(executor: self))
+            return sync.run(request, store: LockedStore(executor: self), admin: policy.isAdmin(caller))
         }
         if request.derivesKey {
             let response = deriving(request, from: caller, policy: policy)

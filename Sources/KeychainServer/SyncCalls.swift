@@ -19,7 +19,7 @@ final class SyncCalls: Sendable {
     static let syncNowTimeout: Duration = .seconds(30)
     /// The last failure of a call that talked to the database, for status (no secret in it:
     /// messages of KeychainSync never carry keys or the conninfo's password).
-    private let lastError = Mutex<String?>(nil)
+    private let lastError = Mutex<KeychainError?>(nil)
     /// The connection of status refreshes and device lists, kept between calls: a flood of
     /// them from any local user queues on it instead of opening a PostgreSQL session each.
     private let readConnection = Mutex<PostgresConnection?>(nil)
@@ -32,8 +32,10 @@ final class SyncCalls: Sendable {
     static let notConfigured = KeychainError(.notAvailable,
         "sync is not configured: set `database` in the [sync] section of keychaind.toml (a libpq conninfo without a password)")
 
-    func run<Store: SyncLocalStore & Sendable>(_ request: Request, store: Store) -> Response {
-        let response = answer(request, store: store)
+    /// `admin`: whether the caller is an admin, who alone sees what PostgreSQL said of a
+    /// failure (SyncFailureForCaller).
+    func run<Store: SyncLocalStore & Sendable>(_ request: Request, store: Store, admin: Bool) -> Response {
+        let response = answer(request, store: store, admin: admin)
         // Create and join make a circle row for a thread to start on. A status is polled by
         // monitors, so it wakes the thread only when it found this device approved.
         loop.startIfReady(store: store)
@@ -41,7 +43,7 @@ final class SyncCalls: Sendable {
         return response
     }
 
-    private func answer(_ request: Request, store: some SyncLocalStore) -> Response {
+    private func answer(_ request: Request, store: some SyncLocalStore, admin: Bool) -> Response {
         do throws(KeychainError) {
             guard database != nil else { throw Self.notConfigured }
             switch request {
@@ -56,7 +58,7 @@ final class SyncCalls: Sendable {
                 if (try store.withStore { (s) throws(KeychainError) in try s.syncCircle() }) != nil {
                     _ = try? reading { (db) throws(KeychainError) in
                         switch try SyncMembership.refresh(store: store, database: db) {
-                        case .forked(let why): noteError(why)
+                        case .forked(let why): noteError(KeychainError(.decode, "sync is stopped: \(why)"))
                         case .becameMember, .newEpoch: loop.wake()  // its next pass need not wait
                         case .verified, .notInCircle, .removed: break
                         }
@@ -64,7 +66,7 @@ final class SyncCalls: Sendable {
                 }
                 let report = try SyncMembership.status(store: store)
                 let inbox = try store.withStore { (s) throws(KeychainError) in try s.syncInboxCount() }
-                return Response(result: .single(.attributes(statusAttributes(report, inbox: inbox))))
+                return Response(result: .single(.attributes(statusAttributes(report, inbox: inbox, admin: admin))))
             case .syncCreate(let name):
                 let made = try talking { (db) throws(KeychainError) in try SyncMembership.create(name: name, store: store, database: db) }
                 return Response(result: .single(.attributes(["circle": .string(made.circle.digits), "device": .string(made.device.digits)])))
@@ -95,7 +97,7 @@ final class SyncCalls: Sendable {
                 throw KeychainError(.internal, "\(request.operation) is not a sync call")
             }
         } catch {
-            return Response(error: error)
+            return Response(error: SyncFailureForCaller.shown(error, admin: admin))
         }
     }
 
@@ -145,13 +147,13 @@ final class SyncCalls: Sendable {
         } catch {
             // A refusal of what the caller typed is not the sync's failure.
             if error.status != .itemNotFound && error.status != .param && error.status != .duplicateItem {
-                noteError(error.message)
+                noteError(error)
             }
             throw error
         }
     }
 
-    private func noteError(_ message: String?) { lastError.withLock { $0 = message } }
+    private func noteError(_ error: KeychainError?) { lastError.withLock { $0 = error } }
 
     /// Why no sync thread runs, as `sync now`'s error.
     private func notRunning(_ store: some SyncLocalStore) throws(KeychainError) -> KeychainError {
@@ -177,7 +179,7 @@ final class SyncCalls: Sendable {
         }
     }
 
-    private func statusAttributes(_ report: SyncStatusReport, inbox: Int) -> AttributeDictionary {
+    private func statusAttributes(_ report: SyncStatusReport, inbox: Int, admin: Bool) -> AttributeDictionary {
         var out: AttributeDictionary = [
             "state": .string(report.state), "epoch": .int(Int64(report.epoch)),
             "members": .int(Int64(report.members)), "outbox": .int(Int64(report.outbox)),
@@ -199,7 +201,9 @@ final class SyncCalls: Sendable {
             if let last = running.status.lastSuccessfulPass { out["last_pass"] = .int(last) }
         }
         // The thread's error while it runs (nil once a pass succeeds), else the last call's.
-        if let error = running.map({ $0.status.lastError }) ?? lastError.withLock({ $0 }) { out["last_error"] = .string(error) }
+        if let error = running.map({ $0.status.lastFailure }) ?? lastError.withLock({ $0 }) {
+            out["last_error"] = .string(SyncFailureForCaller.shown(error, admin: admin).description)
+        }
         return out
     }
 

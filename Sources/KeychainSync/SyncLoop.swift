@@ -53,8 +53,11 @@ public final class SyncLoop: Sendable {
     public struct Status: Sendable, Equatable {
         public var state: State
         /// Why the last connect or pass failed; nil once a pass succeeds. PostgreSQL's messages
-        /// reach it scrubbed of the password, and the connection string is never part of it.
-        public var lastError: String?
+        /// reach it scrubbed of the password, and the connection string is never part of it;
+        /// its `underlying` PostgresFailure says which kind of failure it was.
+        public var lastFailure: KeychainError?
+        /// `lastFailure`'s status and message.
+        public var lastError: String? { lastFailure?.description }
         /// When the last pass succeeded, in ms since 2001; nil before the first.
         public var lastSuccessfulPass: Int64?
         /// Passes finished so far, failed ones included.
@@ -64,7 +67,7 @@ public final class SyncLoop: Sendable {
     private struct Shared: ~Copyable {
         init(channel: String) { self.channel = channel }
 
-        var status = Status(state: .connecting, lastError: nil, lastSuccessfulPass: nil, passes: 0)
+        var status = Status(state: .connecting, lastFailure: nil, lastSuccessfulPass: nil, passes: 0)
         var started = false
         var stopping = false
         var exited = false
@@ -310,13 +313,13 @@ public final class SyncLoop: Sendable {
             switch result {
             case .success:
                 s.status.state = .ok
-                s.status.lastError = nil
+                s.status.lastFailure = nil
                 s.status.lastSuccessfulPass = now
             case .failure(let error):
                 // A statement cancelled by stop() is not the database's fault.
                 if !s.stopping {
                     s.status.state = .error
-                    s.status.lastError = error.description
+                    s.status.lastFailure = error
                 }
             }
             s.answer(upTo: covers, with: result)
@@ -331,7 +334,7 @@ public final class SyncLoop: Sendable {
         shared.withLock { s in
             guard !s.stopping else { return }
             s.status.state = .error
-            s.status.lastError = error.description
+            s.status.lastFailure = error
             if answering { s.answer(upTo: s.requested, with: .failure(error)) }
         }
     }

@@ -218,4 +218,72 @@ struct SyncAttackTests {
         // 64 calls: the kept connection, psql's own session and the loop's reconnects at most.
         #expect(opened >= 0 && opened <= 4, "\(opened) sessions for 64 sync calls")
     }
+
+    /// A daemon on `cluster` that `user` may call (an app, not an admin).
+    static func daemonWithAnotherUser(_ cluster: TestCluster, _ user: UInt32) throws -> RunningDaemon {
+        try SyncCircleTests.daemon(cluster, extra: """
+            socket_mode = "0666"
+            admin_uids = [0]
+            [[app]]
+            id = "app.a"
+            uids = [\(user)]
+            groups = ["a.private"]
+            """)
+    }
+
+    static func lastError(_ d: RunningDaemon, asUser user: UInt32? = nil) throws -> String? {
+        let r = try d.cli(["sync", "status", "--json"], asUser: user)
+        #expect(r.status == Exit.success, "\(r.stderr)")
+        let object = try JSONSerialization.jsonObject(with: Data(r.stdout)) as? [String: Any] ?? [:]
+        return object["last_error"] as? String
+    }
+
+    /// What a local user learns of the database from a failure: the host and port of the
+    /// connection are in libpq's message.
+    static func names(_ cluster: TestCluster) -> [String] {
+        let address = cluster.url.split(separator: "@")[1].split(separator: "/")[0].split(separator: ":")
+        return ["127.0.0.1", "port \(address[1])", "\"keychaind\""]
+    }
+
+    @Test func anotherLocalUserSeesOnlyThatTheDatabaseIsUnreachableNotWhereItIs() throws {
+        let cluster = try TestCluster()
+        let user = try MultiUserTests.user("kcapp-a")
+        let a = try Self.daemonWithAnotherUser(cluster, user)
+        _ = try KeychainConnection(socketPath: a.socketPath).syncCreate(name: "a")
+        try SyncItemsTests.syncNow(a)
+        try cluster.halt()
+        let adminNow = try a.cli(["sync", "now"])
+        #expect(adminNow.status != Exit.success)
+        // The admin sees libpq's message (no password is in it: PostgresConnection strips it).
+        let adminError = try Self.lastError(a) ?? ""
+        #expect(adminError.contains("127.0.0.1"), "\(adminError)")
+
+        #expect(try Self.lastError(a, asUser: user) == "errSecNotAvailable (-25291): the sync database is unreachable")
+        let now = try a.cli(["sync", "now"], asUser: user), devices = try a.cli(["sync", "devices"], asUser: user)
+        #expect(now.status == adminNow.status && devices.status != Exit.success)
+        for r in [now, devices] {
+            #expect(r.stderr.contains("the sync database is unreachable"), "\(r.stderr)")
+            for name in Self.names(cluster) { #expect(!r.stderr.contains(name), "\(r.stderr)") }
+        }
+    }
+
+    @Test func anotherLocalUserSeesOnlyThatTheDatabaseRefusedTheLogin() throws {
+        let cluster = try TestCluster()
+        let user = try MultiUserTests.user("kcapp-a")
+        let a = try Self.daemonWithAnotherUser(cluster, user)
+        // A wrong password in the passfile (still 0600): every new connection is refused.
+        let passfile = a.root + "/pgpass"
+        let line = try String(contentsOfFile: passfile, encoding: .utf8)
+        try line.replacingOccurrences(of: cluster.password, with: "not-the-password").write(toFile: passfile, atomically: false, encoding: .utf8)
+        let create = try a.cli(["sync", "create", "--name", "a"])
+        #expect(create.status == Exit.authFailed, "\(create.stderr)")
+        let adminError = try Self.lastError(a) ?? ""
+        #expect(adminError.contains("authentication failed"), "\(adminError)")
+
+        let seen = try Self.lastError(a, asUser: user) ?? ""
+        #expect(seen == "errSecAuthFailed (-25293): the sync database refused the login")
+        for name in Self.names(cluster) { #expect(!seen.contains(name), "\(seen)") }
+        let devices = try a.cli(["sync", "devices"], asUser: user)
+        #expect(devices.status == Exit.authFailed && devices.stderr.contains("the sync database refused the login"), "\(devices.stderr)")
+    }
 }
