@@ -35,9 +35,16 @@ public final class PostgresConnection {
 
     /// Connects with a libpq connection string (`host=... dbname=...` or a `postgresql://` URI).
     /// TLS (`sslmode`, `sslrootcert`, client certificates), the password file (`passfile`) and
-    /// the PG* environment variables are libpq's. Blocks for at most `connect_timeout` seconds
+    /// the PG* environment variables are libpq's. Waits for at most `connect_timeout` seconds
     /// per host (10 unless the string says otherwise).
-    public init(_ connectionString: String) throws(KeychainError) {
+    public convenience init(_ connectionString: String) throws(KeychainError) {
+        try self.init(connectionString, stop: nil)
+    }
+
+    /// Connects as `init(_:)` does; a connect still waiting on the server when `stop` is
+    /// signalled is given up at once (errSecNotAvailable): how a daemon whose database host
+    /// does not answer still stops within its bound. `stop` is only watched, never drained.
+    public init(_ connectionString: String, stop: Wakeup?) throws(KeychainError) {
         var parseError: UnsafeMutablePointer<CChar>?
         guard let options = PQconninfoParse(connectionString, &parseError) else {
             // libpq's message quotes the offending part of the string, which may be the password.
@@ -46,6 +53,7 @@ public final class PostgresConnection {
                                 underlying: PostgresFailure(.badConnectionString))
         }
         passwordToRedact = Self.password(in: options)
+        let hosts = Self.hostAttempts(Self.values(in: options, ["host", "hostaddr", "port"]))
         PQconninfoFree(options)
 
         // Keywords before "dbname" are defaults that the string overrides; those after it win.
@@ -56,18 +64,20 @@ public final class PostgresConnection {
             // Text in results is read as UTF-8 (binary text is in the client encoding).
             ("client_encoding", "UTF8"),
         ]
-        let conn = Self.withCStrings(settings.map(\.0)) { keywords in
-            Self.withCStrings(settings.map(\.1)) { values in
-                PQconnectdbParams(keywords, values, 1)
+        var failure = KeychainError(.notAvailable, "cannot connect to PostgreSQL", underlying: PostgresFailure(.connect))
+        attempts: for host in hosts {
+            switch connect(settings + host, stop: stop) {
+            case .connected(let conn):
+                handle = conn
+                break attempts
+            case .failed(let error):
+                failure = error
+            case .stopped:
+                failure = KeychainError(.notAvailable, "the connect to PostgreSQL was given up: asked to stop", underlying: PostgresFailure(.connect))
+                break attempts
             }
         }
-        handle = conn
-        guard let conn, PQstatus(conn) == CONNECTION_OK else {
-            let message = conn.map { redacted(lastMessage(of: $0)) } ?? "out of memory"
-            let status: KeychainStatus = conn.map { Self.isAuthenticationFailure($0, message) } == true ? .authFailed : .notAvailable
-            close()
-            throw KeychainError(status, "cannot connect to PostgreSQL: \(message)", underlying: PostgresFailure(.connect))
-        }
+        guard let conn = handle else { throw failure }
         // Notices ("relation already exists, skipping") would otherwise go to stderr; nothing
         // the sync loop does depends on them.
         PQsetNoticeProcessor(conn, { _, _ in }, nil)
@@ -77,6 +87,112 @@ public final class PostgresConnection {
             throw KeychainError(.notAvailable, "the server runs PostgreSQL \(version / 10000); sync needs 13 or later",
                                 underlying: PostgresFailure(.connect))
         }
+    }
+
+    private enum Attempt {
+        case connected(OpaquePointer)
+        case failed(KeychainError)
+        /// `stop` was signalled first.
+        case stopped
+    }
+
+    /// One connect, driven by PQconnectPoll so that the wait watches `stop` too. libpq leaves
+    /// `connect_timeout` to the caller of a non-blocking connect: it bounds the whole attempt
+    /// here.
+    private func connect(_ settings: [(String, String)], stop: Wakeup?) -> Attempt {
+        let started = Self.withCStrings(settings.map(\.0)) { keywords in
+            Self.withCStrings(settings.map(\.1)) { values in
+                PQconnectStartParams(keywords, values, 1)
+            }
+        }
+        guard let conn = started else {
+            return .failed(KeychainError(.notAvailable, "cannot connect to PostgreSQL: out of memory", underlying: PostgresFailure(.connect)))
+        }
+        let limit = Self.connectTimeout(of: conn)
+        let deadline = ContinuousClock.now + (limit ?? .seconds(86_400))
+        // As libpq's own blocking connect does: wait for writing first, then as each step asks.
+        var step = PGRES_POLLING_WRITING
+        while PQstatus(conn) != CONNECTION_BAD, step != PGRES_POLLING_FAILED {
+            if step == PGRES_POLLING_OK { return .connected(conn) }
+            // The socket may change from one address or host to the next.
+            var fds = [pollfd(fd: PQsocket(conn), events: Int16(step == PGRES_POLLING_READING ? POLLIN : POLLOUT), revents: 0)]
+            if let stop { fds.append(pollfd(fd: stop.fileDescriptor, events: Int16(POLLIN), revents: 0)) }
+            let ready: Int32
+            do throws(KeychainError) {
+                ready = try Self.poll(&fds, until: deadline)
+            } catch {
+                PQfinish(conn)
+                return .failed(KeychainError(error.status, error.message, underlying: PostgresFailure(.connect)))
+            }
+            if fds.count > 1, fds[1].revents != 0 {
+                PQfinish(conn)
+                return .stopped
+            }
+            if ready == 0 {
+                let server = Self.serverName(conn)
+                PQfinish(conn)
+                let waited = limit.map { Self.seconds($0) } ?? "a day"
+                return .failed(KeychainError(.notAvailable, "cannot connect to PostgreSQL: \(server)no answer within \(waited)",
+                                             underlying: PostgresFailure(.connect)))
+            }
+            step = PQconnectPoll(conn)
+        }
+        let message = redacted(lastMessage(of: conn))
+        let status: KeychainStatus = Self.isAuthenticationFailure(conn, message) ? .authFailed : .notAvailable
+        PQfinish(conn)
+        return .failed(KeychainError(status, "cannot connect to PostgreSQL: \(message)", underlying: PostgresFailure(.connect)))
+    }
+
+    /// The attempt's `connect_timeout` as libpq resolved it (the string, PGCONNECT_TIMEOUT, our
+    /// default), with libpq's rules: zero or less waits for ever, and less than 2 s is 2 s.
+    private static func connectTimeout(of conn: OpaquePointer) -> Duration? {
+        guard let options = PQconninfo(conn) else { return .seconds(10) }
+        defer { PQconninfoFree(options) }
+        guard let text = values(in: options, ["connect_timeout"])["connect_timeout"] else { return nil }
+        guard let seconds = Int(text.filter { $0 != " " }) else { return .seconds(10) }
+        return seconds <= 0 ? nil : .seconds(max(seconds, 2))
+    }
+
+    /// "connection to server at "HOST", port PORT failed: " for a timeout's message (libpq's own
+    /// wording for its failures); empty if libpq has not got that far.
+    private static func serverName(_ conn: OpaquePointer) -> String {
+        guard let host = PQhost(conn).map({ String(cString: $0) }), !host.isEmpty else { return "" }
+        let port = PQport(conn).map { String(cString: $0) } ?? ""
+        return "connection to server at \"\(host)\"\(port.isEmpty ? "" : ", port \(port)") failed: "
+    }
+
+    /// The connects to try, in order, each as the settings that pick its host. libpq moves to
+    /// the next host of a list when one does not answer within `connect_timeout` only in its
+    /// blocking connect; a non-blocking connect stays on a silent host. So a list of several
+    /// hosts is tried one host at a time, each with its own timeout; one host (or a list libpq
+    /// will refuse, its lengths not matching) is one attempt, left as the string says.
+    static func hostAttempts(_ values: [String: String]) -> [[(String, String)]] {
+        func list(_ key: String) -> [String] {
+            values[key].map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) } ?? []
+        }
+        let hosts = list("host"), addresses = list("hostaddr"), ports = list("port")
+        let count = max(hosts.count, addresses.count)
+        guard count > 1, hosts.isEmpty || hosts.count == count, addresses.isEmpty || addresses.count == count,
+              ports.count <= 1 || ports.count == count else { return [[]] }
+        return (0..<count).map { i in
+            var settings: [(String, String)] = []
+            if !hosts.isEmpty { settings.append(("host", hosts[i])) }
+            if !addresses.isEmpty { settings.append(("hostaddr", addresses[i])) }
+            if ports.count == count { settings.append(("port", ports[i])) }
+            return settings
+        }
+    }
+
+    /// The values `keys` have in a libpq option array (those set).
+    private static func values(in options: UnsafeMutablePointer<PQconninfoOption>, _ keys: Set<String>) -> [String: String] {
+        var out: [String: String] = [:]
+        var option = options
+        while let keyword = option.pointee.keyword {
+            let key = String(cString: keyword)
+            if keys.contains(key), let value = option.pointee.val { out[key] = String(cString: value) }
+            option += 1
+        }
+        return out
     }
 
     deinit { close() }

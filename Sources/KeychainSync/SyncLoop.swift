@@ -97,6 +97,8 @@ public final class SyncLoop: Sendable {
     private let timing: Timing
     private let pass: Pass
     private let wakeup: Wakeup
+    /// Signalled by `stop()` alone: a connect in progress watches it (a wake-up must not end one).
+    private let stopSignal: Wakeup
     private let shared: Mutex<Shared>
     private let exitSignal = DispatchSemaphore(value: 0)
 
@@ -108,6 +110,7 @@ public final class SyncLoop: Sendable {
         self.timing = timing
         self.pass = pass
         wakeup = try Wakeup()
+        stopSignal = try Wakeup()
     }
 
     /// Starts the thread; once only.
@@ -168,11 +171,10 @@ public final class SyncLoop: Sendable {
         try answer.get()
     }
 
-    /// Stops the thread: wakes its wait, cancels the statement it runs (again and again: a
-    /// pass may run several), and waits for it to exit, at most `timeout`. Returns whether it
-    /// exited. One thing it cannot cut short is a connect in progress (libpq's connect_timeout,
-    /// 10 s unless the conninfo says otherwise, when the host does not answer; a refused
-    /// connection returns at once): the thread then exits when the connect returns.
+    /// Stops the thread: wakes its wait, gives up a connect in progress (a host that does not
+    /// answer would hold it for `connect_timeout`), cancels the statement it runs (again and
+    /// again: a pass may run several), and waits for it to exit, at most `timeout`. Returns
+    /// whether it exited.
     @discardableResult
     public func stop(timeout: Duration = .seconds(5)) -> Bool {
         let started = shared.withLock { s in
@@ -180,6 +182,7 @@ public final class SyncLoop: Sendable {
             return s.started
         }
         guard started else { return true }
+        stopSignal.signal()
         wakeup.signal()
         let deadline = ContinuousClock.now + timeout
         while true {
@@ -232,7 +235,7 @@ public final class SyncLoop: Sendable {
     /// A new connection listening on the circle's channel (returned with it), its canceller
     /// where `stop()` finds it; nil if the loop stopped meanwhile.
     private func connect() throws(KeychainError) -> (PostgresConnection, String)? {
-        let connection = try PostgresConnection(connectionString)
+        let connection = try PostgresConnection(connectionString, stop: stopSignal)
         connection.statementTimeout = timing.statementTimeout
         let canceller = try connection.makeCanceller()
         let (stopping, channel) = shared.withLock { s in

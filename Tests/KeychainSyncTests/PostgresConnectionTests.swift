@@ -125,4 +125,62 @@ struct PostgresConnectionTests {
         #expect((error?.underlying as? PostgresFailure)?.kind == .connect)
         #expect(error?.message.contains("Secret-42") == false)
     }
+
+    /// A TCP port on loopback that completes connections (the kernel's backlog) and never
+    /// answers: libpq sends its startup packet and waits for a reply that never comes.
+    final class SilentServer {
+        let fd: Int32
+        let port: UInt16
+
+        init() throws {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            self.fd = fd
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let bound = withUnsafeMutablePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+            }
+            guard bound, listen(fd, 8) == 0 else {
+                close(fd)
+                throw KeychainError(.io, "cannot listen on loopback")
+            }
+            port = UInt16(bigEndian: addr.sin_port)
+        }
+
+        deinit { close(fd) }
+    }
+
+    @Test func aHostThatNeverAnswersFailsAtTheConnectTimeout() throws {
+        let silent = try SilentServer()
+        let start = ContinuousClock.now
+        let error = expectError(.notAvailable) {
+            _ = try PostgresConnection("host=127.0.0.1 port=\(silent.port) user=k dbname=k connect_timeout=2")
+        }
+        #expect((error?.underlying as? PostgresFailure)?.kind == .connect)
+        #expect(error?.message.contains("port \(silent.port) failed: no answer within 2.0 s") == true, "\(String(describing: error))")
+        #expect(ContinuousClock.now - start >= .seconds(2) && ContinuousClock.now - start < .seconds(6))
+    }
+
+    @Test func withSeveralHostsOneThatNeverAnswersIsSkippedAfterItsTimeout() throws {
+        let cluster = try TestCluster()
+        let silent = try SilentServer()
+        // postgresql://keychaind:PW@127.0.0.1:PORT/keychaind: the silent host first.
+        let url = cluster.url.replacingOccurrences(of: "@127.0.0.1:", with: "@127.0.0.1:\(silent.port),127.0.0.1:") + "?connect_timeout=2"
+        let db = try PostgresConnection(url)
+        #expect(try db.query("SELECT 1::int8").rows == [[.int(1)]])
+    }
+
+    @Test func aConnectWaitingOnAHostThatNeverAnswersIsAbandonedWhenItsStopIsSignalled() throws {
+        let silent = try SilentServer()
+        let stop = try Wakeup()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) { stop.signal() }
+        let start = ContinuousClock.now
+        let error = expectError(.notAvailable) {
+            _ = try PostgresConnection("host=127.0.0.1 port=\(silent.port) user=k dbname=k connect_timeout=60", stop: stop)
+        }
+        #expect((error?.underlying as? PostgresFailure)?.kind == .connect)
+        #expect(ContinuousClock.now - start < .seconds(3))
+    }
 }

@@ -238,6 +238,20 @@ struct SyncLoopTests {
         expectError(.notAvailable) { try loop.runPassNow(timeout: .seconds(1)) }
     }
 
+    @Test func stopReturnsWithinItsBoundWhileTheConnectWaitsOnAHostThatNeverAnswers() throws {
+        let silent = try PostgresConnectionTests.SilentServer()
+        let loop = try SyncLoop(connectionString: "host=127.0.0.1 port=\(silent.port) dbname=k user=k connect_timeout=60",
+                                circleID: SyncCircleID.random(), timing: Self.quick) { _ in }
+        try loop.start()
+        Thread.sleep(forTimeInterval: 0.5)  // the thread is inside its connect
+        #expect(loop.status.state == .connecting)
+        let start = ContinuousClock.now
+        #expect(loop.stop(timeout: .seconds(5)))
+        let took = ContinuousClock.now - start
+        #expect(took < .seconds(3), "stop took \(took)")
+        print("SyncLoopTests: stop during a connect to a silent host took \(took)")
+    }
+
     @Test func stopCancelsAStatementThePassIsRunning() throws {
         let f = try F()
         let log = PassLog()
