@@ -166,7 +166,7 @@ public final class PostgresConnection {
     /// blocking connect; a non-blocking connect stays on a silent host. So a list of several
     /// hosts is tried one host at a time, each with its own timeout; one host (or a list libpq
     /// will refuse, its lengths not matching) is one attempt, left as the string says.
-    static func hostAttempts(_ values: [String: String]) -> [[(String, String)]] {
+    private static func hostAttempts(_ values: [String: String]) -> [[(String, String)]] {
         func list(_ key: String) -> [String] {
             values[key].map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) } ?? []
         }
