@@ -112,6 +112,7 @@ struct SyncItemsTests {
         let cluster = try TestCluster()
         let (a, b) = try Self.circle(cluster)
         for d in [a, b] { try Self.syncNow(d) }
+        let halted = Date()
         try cluster.halt()
         #expect(try a.cli(["add", "--synchronizable", "--accessible", "after-first-unlock"] + item, input: bytes("while-down")).status == Exit.success)
         #expect(try a.cli(["sync", "now"]).status != Exit.success)
@@ -121,9 +122,13 @@ struct SyncItemsTests {
         #expect(try a.cli(["get"] + item).text == "while-down")  // the keychain works on without it
 
         try cluster.resume()
-        // Without a restart: the threads reconnect (sync now cuts the backoff short).
+        let downtime = Date().timeIntervalSince(halted)
+        // Without a restart: the threads reconnect (sync now cuts a's backoff short).
         try Self.syncNow(a)
-        #expect(try Self.waitForGet(b, item, "while-down", within: 10) != nil)
+        // b's thread waits out its backoff (1 s, doubled after each failed connect, ±25 %), so
+        // its next connect comes up to about 2.7 times the downtime after the halt: a slow
+        // machine's longer downtime means a longer wait, not a lost change.
+        #expect(try Self.waitForGet(b, item, "while-down", within: max(10, 3 * downtime + 5)) != nil)
         let back = try KeychainConnection(socketPath: a.socketPath).syncStatus()
         #expect(back.loop == "ok" && back.outbox == 0 && back.lastError == nil)
     }
