@@ -128,28 +128,53 @@ struct SyncCircleTests {
 
     @Test func otherCallsGoOnWhileASyncCallWaitsForTheDatabase() throws {
         let server = try Self.silentServer()
-        defer { close(server.fd) }
-        let d = try RunningDaemon(config: "[sync]\ndatabase = \"host=127.0.0.1 port=\(server.port) dbname=k user=k connect_timeout=4\"")
-        let c = KeychainConnection(socketPath: d.socketPath)
-        let item: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "acct": .string("a"),
-                                         "v_Data": .data(Array("v".utf8))]
-        _ = try c.add(item)  // the connection is made before the clock starts
+        var listening = true
+        defer { if listening { close(server.fd) } }
+        // The create can end only when this test closes the server (or after 30 s).
+        let d = try RunningDaemon(config: "[sync]\ndatabase = \"host=127.0.0.1 port=\(server.port) dbname=k user=k connect_timeout=30\"")
+        let socketPath = d.socketPath
+        _ = try KeychainConnection(socketPath: socketPath).add(["class": .string("genp"), "svce": .string("s"), "acct": .string("a"),
+                                                                "v_Data": .data(Array("v".utf8))])
         let done = DispatchSemaphore(value: 0)
         let createStatus = Locked<KeychainStatus?>(nil)
         Thread.detachNewThread {
             do {
-                _ = try KeychainConnection(socketPath: d.socketPath).syncCreate(name: "a")
+                _ = try KeychainConnection(socketPath: socketPath).syncCreate(name: "a")
             } catch let error as KeychainError {
                 createStatus.withLock { $0 = error.status }
             } catch {}
             done.signal()
         }
-        usleep(500_000)  // the create is now waiting for the silent server
-        let start = Date()
-        _ = try c.copyMatching(["class": .string("genp"), "svce": .string("s"), "r_Data": .bool(true)])
-        try c.update(["class": .string("genp"), "svce": .string("s")], ["labl": .string("L")])
-        #expect(Date().timeIntervalSince(start) < 1.5)
-        #expect(done.wait(timeout: .now() + 20) == .success)
+        // Its connection reaching the server says the create is now waiting for it: no fixed sleep.
+        var pending = pollfd(fd: server.fd, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&pending, 1, 20_000) == 1, "the create never connected")
+        var held = accept(server.fd, nil, nil)
+        defer { if held >= 0 { close(held) } }
+
+        // A get and an update are answered while the create still waits: the store is not held
+        // across its database call. Were they queued behind it, they would wait out its 30 s.
+        let answered = DispatchSemaphore(value: 0)
+        let callError = Locked<String?>(nil)
+        Thread.detachNewThread {
+            do {
+                let c = KeychainConnection(socketPath: socketPath)
+                _ = try c.copyMatching(["class": .string("genp"), "svce": .string("s"), "r_Data": .bool(true)])
+                try c.update(["class": .string("genp"), "svce": .string("s")], ["labl": .string("L")])
+            } catch {
+                callError.withLock { $0 = "\(error)" }
+            }
+            answered.signal()
+        }
+        #expect(answered.wait(timeout: .now() + 15) == .success, "the get and update waited for the sync call")
+        #expect(callError.withLock { $0 } == nil, "\(callError.withLock { $0 } ?? "")")
+        #expect(done.wait(timeout: .now()) == .timedOut, "the create ended before the server went away")
+
+        // The server goes away: the create fails, not available.
+        close(held)
+        held = -1
+        close(server.fd)
+        listening = false
+        #expect(done.wait(timeout: .now() + 40) == .success)
         #expect(createStatus.withLock { $0 } == .notAvailable)
     }
 
