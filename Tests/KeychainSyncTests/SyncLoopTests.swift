@@ -179,7 +179,7 @@ struct SyncLoopTests {
         #expect(Self.eventually { loop.status.state == .ok })
 
         try f.cluster.halt()
-        #expect(Self.eventually(within: .seconds(3)) { loop.status.state == .error })
+        #expect(Self.eventually { loop.status.state == .error })
         #expect(loop.status.lastError?.contains(f.cluster.password) == false)
         let passesBefore = log.count
         try f.cluster.resume()
@@ -197,16 +197,14 @@ struct SyncLoopTests {
         defer { loop.stop() }
         #expect(Self.eventually { loop.status.state == .ok })
         try f.cluster.halt()
-        #expect(Self.eventually(within: .seconds(3)) { loop.status.state == .error })
-        // The thread waits out a 30 s backoff; `sync now` tries at once and answers with the connect error.
-        var asked = ContinuousClock.now
-        expectError(.notAvailable) { try loop.runPassNow(timeout: .seconds(10)) }
-        #expect(ContinuousClock.now - asked < .seconds(2))
+        #expect(Self.eventually { loop.status.state == .error })
+        // The thread waits out a 30 s backoff; `sync now` tries at once and answers with the
+        // connect error, not with its own 10 s time-out (which waiting for the thread would be).
+        let error = expectError(.notAvailable) { try loop.runPassNow(timeout: .seconds(10)) }
+        #expect(error?.message.contains("no sync pass finished") == false, "\(String(describing: error))")
 
         try f.cluster.resume()
-        asked = ContinuousClock.now
-        try loop.runPassNow(timeout: .seconds(10))
-        #expect(ContinuousClock.now - asked < .seconds(2))
+        try loop.runPassNow(timeout: .seconds(10))  // a pass within 10 s: the backoff was cut short
         #expect(loop.status.state == .ok && log.count == 2)
     }
 
@@ -229,16 +227,14 @@ struct SyncLoopTests {
         #expect(gaps.allSatisfy { $0 >= .milliseconds(150) }, "\(gaps)")
     }
 
-    @Test func stopReturnsWithinTwoSecondsWhileTheServerIsHalted() throws {
+    @Test func stopDoesNotWaitOutTheBackoffWhileTheServerIsHalted() throws {
         let f = try F()
         let loop = try Self.loop(f, timing: SyncLoop.Timing(firstRetry: .seconds(30))) { _ in }
         #expect(Self.eventually { loop.status.state == .ok })
         try f.cluster.halt()
-        #expect(Self.eventually(within: .seconds(3)) { loop.status.state == .error })
-        // The thread now waits out a 30 s backoff.
-        let start = ContinuousClock.now
-        #expect(loop.stop())
-        #expect(ContinuousClock.now - start < .seconds(2))
+        #expect(Self.eventually { loop.status.state == .error })
+        // The thread now waits out a 30 s backoff; it exits well within it.
+        #expect(loop.stop(timeout: .seconds(10)))
         expectError(.notAvailable) { try loop.runPassNow(timeout: .seconds(1)) }
     }
 
@@ -266,9 +262,8 @@ struct SyncLoopTests {
         }
         #expect(Self.eventually { log.count == 1 })
         Thread.sleep(forTimeInterval: 0.1)
-        let start = ContinuousClock.now
-        #expect(loop.stop())
-        #expect(ContinuousClock.now - start < .seconds(2))
+        // Three 20 s statements: only cancelling each lets the thread exit within 10 s.
+        #expect(loop.stop(timeout: .seconds(10)))
     }
 
     @Test func aConnectErrorIsReportedWithoutThePassword() throws {
