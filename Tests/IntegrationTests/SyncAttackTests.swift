@@ -197,23 +197,25 @@ struct SyncAttackTests {
 
         let start = try Self.sessions(cluster)
         let calls = [["sync", "status"], ["sync", "devices"], ["sync", "status"], ["sync", "now"]]
-        let failures = Mutex(0)
+        let failedGets = Mutex(0), failedCalls = Mutex([String]())
         DispatchQueue.concurrentPerform(iterations: 5) { worker in
             if worker == 0 {
-                // The owner's gets, timed while the flood runs.
-                for _ in 0..<20 {
-                    let t = Date()
-                    let r = try? Self.get(a, "served")
-                    if r?.text != "still-here" || Date().timeIntervalSince(t) > 2 { failures.withLock { $0 += 1 } }
+                // The owner's gets while the flood runs: each answered with its item (that other
+                // calls are answered while a sync call waits on the database is SyncCircleTests'
+                // behaviour check; no wall-clock bound here, the machine is shared).
+                for _ in 0..<20 where (try? Self.get(a, "served"))?.text != "still-here" {
+                    failedGets.withLock { $0 += 1 }
                 }
                 return
             }
             for n in 0..<16 {
-                let r = try? a.cli(calls[(n + worker) % calls.count], asUser: user)
-                if r?.status != Exit.success { failures.withLock { $0 += 1 } }
+                let args = calls[(n + worker) % calls.count]
+                let r = try? a.cli(args, asUser: user)
+                if r?.status != Exit.success { failedCalls.withLock { $0.append("\(args): \(r?.stderr ?? "no answer")") } }
             }
         }
-        #expect(failures.withLock { $0 } == 0)
+        #expect(failedGets.withLock { $0 } == 0)
+        #expect(failedCalls.withLock { $0 }.isEmpty, "\(failedCalls.withLock { $0 })")
         let opened = try Self.sessions(cluster) - start
         // 64 calls: the kept connection, psql's own session and the loop's reconnects at most.
         #expect(opened >= 0 && opened <= 4, "\(opened) sessions for 64 sync calls")
