@@ -93,6 +93,9 @@ public func fuzzInitialize(_ argc: UnsafeMutableRawPointer?, _ argv: UnsafeMutab
             ("sync-approve", .syncApprove(device: String(repeating: "7", count: 32))),
             ("sync-remove", .syncRemove(device: String(repeating: "7", count: 32))),
             ("sync-leave", .syncLeave),
+            ("sync-create", .syncCreate(name: "workstation")),
+            ("sync-devices", .syncDevices),
+            ("sync-now", .syncNow),
         ]
         let responses: [(String, Response)] = [
             ("ok", Response()),
