@@ -54,9 +54,11 @@ final class SyncCalls: Sendable {
                 // A status refreshes the roster first when it can (a pending device learns at
                 // once that it was approved); failing that it still answers, with the failure as
                 // its last error. On the kept connection: a status polled in a loop costs the
-                // database a few reads, never a session each.
+                // database a few reads, never a session each. While another call uses that
+                // connection it answers without the refresh: a status must not queue behind
+                // another local user's, which a silent database host holds for connect_timeout.
                 if (try store.withStore { (s) throws(KeychainError) in try s.syncCircle() }) != nil {
-                    _ = try? reading { (db) throws(KeychainError) in
+                    _ = try? readingIfIdle { (db) throws(KeychainError) in
                         switch try SyncMembership.refresh(store: store, database: db) {
                         case .forked(let why): noteError(KeychainError(.decode, "sync is stopped: \(why)"))
                         case .becameMember, .newEpoch: loop.wake()  // its next pass need not wait
@@ -116,25 +118,42 @@ final class SyncCalls: Sendable {
     private func reading<T: Sendable>(_ body: (SyncDatabase) throws(KeychainError) -> T) throws(KeychainError) -> T {
         try noting { () throws(KeychainError) -> T in
             guard let database else { throw Self.notConfigured }
-            return try readConnection.withLock { (kept) throws(KeychainError) -> T in
-                if let connection = kept {
-                    do throws(KeychainError) {
-                        return try body(SyncDatabase(connection))
-                    } catch {
-                        connection.close()
-                        kept = nil
-                    }
-                }
-                let connection = try PostgresConnection(database)
-                do throws(KeychainError) {
-                    let result = try body(SyncDatabase(connection))
-                    kept = connection
-                    return result
-                } catch {
-                    connection.close()
-                    throw error
-                }
+            return try readConnection.withLock { (kept) throws(KeychainError) -> T in try Self.run(body, on: &kept, database) }
+        }
+    }
+
+    /// `reading` if no other call is using the kept connection; nil (nothing noted) if one is.
+    private func readingIfIdle<T: Sendable>(_ body: (SyncDatabase) throws(KeychainError) -> T) throws(KeychainError) -> T? {
+        guard let database else { throw Self.notConfigured }
+        let outcome = readConnection.withLockIfAvailable { (kept) -> Result<T, KeychainError> in
+            do throws(KeychainError) {
+                return .success(try Self.run(body, on: &kept, database))
+            } catch {
+                return .failure(error)
             }
+        }
+        guard let outcome else { return nil }
+        return try noting { () throws(KeychainError) -> T in try outcome.get() }
+    }
+
+    private static func run<T: Sendable>(_ body: (SyncDatabase) throws(KeychainError) -> T, on kept: inout sending PostgresConnection?,
+                               _ database: String) throws(KeychainError) -> T {
+        if let connection = kept {
+            do throws(KeychainError) {
+                return try body(SyncDatabase(connection))
+            } catch {
+                connection.close()
+                kept = nil
+            }
+        }
+        let connection = try PostgresConnection(database)
+        do throws(KeychainError) {
+            let result = try body(SyncDatabase(connection))
+            kept = connection
+            return result
+        } catch {
+            connection.close()
+            throw error
         }
     }
 

@@ -1,0 +1,88 @@
+import Foundation
+import KeychainClient
+import KeychainModel
+import Testing
+
+/// Attacks on the sync pieces of the rollback, follow and caller-dependent error work (the
+/// sync-review task): a local user who keeps the database's kept connection busy, and a
+/// keychain that moves from one circle to another.
+extension SyncAttackTests {
+    /// `d`'s `[sync] database` set to `conninfo` (its daemon stopped and started again).
+    static func pointDatabase(of d: RunningDaemon, at conninfo: String) throws {
+        d.stop()
+        let config = try String(contentsOfFile: d.configPath, encoding: .utf8)
+        let lines = config.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.hasPrefix("database = ") ? "database = \"\(conninfo)\"" : String(line)
+        }
+        try lines.joined(separator: "\n").write(toFile: d.configPath, atomically: true, encoding: .utf8)
+        try d.start()
+    }
+
+    /// Accepts the next connection `server` completes (holding it open), at most `seconds`.
+    static func acceptNext(_ server: Int32, within seconds: Int32) -> Int32? {
+        var pending = pollfd(fd: server, events: Int16(POLLIN), revents: 0)
+        guard poll(&pending, 1, seconds * 1000) == 1 else { return nil }
+        let fd = accept(server, nil, nil)
+        return fd >= 0 ? fd : nil
+    }
+
+    @Test func aStatusIsAnsweredWhileAnotherLocalUsersStatusWaitsOnASilentDatabase() throws {
+        let cluster = try TestCluster()
+        let user = try MultiUserTests.user("kcapp-a")
+        let a = try Self.daemonWithAnotherUser(cluster, user)
+        _ = try KeychainConnection(socketPath: a.socketPath).syncCreate(name: "a")
+        // The database host now completes connections and never speaks, and no connect_timeout
+        // bounds the wait: a status that connects waits until this test closes the server.
+        let server = try SyncCircleTests.silentServer()
+        var held: [Int32] = []
+        var listening = true
+        defer {
+            for fd in held { close(fd) }
+            if listening { close(server.fd) }
+        }
+        try Self.pointDatabase(of: a, at: "host=127.0.0.1 port=\(server.port) dbname=k user=k connect_timeout=0")
+        // The sync thread connects first, at the daemon's start.
+        guard let loop = Self.acceptNext(server.fd, within: 20) else {
+            Issue.record("the sync thread never connected")
+            return
+        }
+        held.append(loop)
+
+        let theirs = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = try? a.cli(["sync", "status"], asUser: user)
+            theirs.signal()
+        }
+        // Its connection reaching the server says the other user's status now waits on it.
+        guard let waiting = Self.acceptNext(server.fd, within: 20) else {
+            Issue.record("the other user's status never connected")
+            return
+        }
+        held.append(waiting)
+
+        // The owner's status, and another of the same user, are answered from what the
+        // keychain knows while that status still waits: they do not queue behind it. Were
+        // they queued, they would wait until the server closes.
+        let answered = DispatchSemaphore(value: 0)
+        let states = Locked<[String]>([])
+        Thread.detachNewThread {
+            for asUser in [nil, user] {
+                let r = try? a.cli(["sync", "status", "--json"], asUser: asUser)
+                let object = r.flatMap { try? JSONSerialization.jsonObject(with: Data($0.stdout)) as? [String: Any] }
+                states.withLock { $0.append(object?["state"] as? String ?? "no answer: \(r?.stderr ?? "")") }
+            }
+            answered.signal()
+        }
+        let inTime = answered.wait(timeout: .now() + 15) == .success
+        #expect(inTime, "a status waited for another caller's connect")
+        #expect(theirs.wait(timeout: .now()) == .timedOut, "the other user's status ended before the server went away")
+
+        for fd in held { close(fd) }
+        held = []
+        close(server.fd)
+        listening = false
+        if !inTime { _ = answered.wait(timeout: .now() + 40) }
+        #expect(states.withLock { $0 } == ["member", "member"], "\(states.withLock { $0 })")
+        #expect(theirs.wait(timeout: .now() + 40) == .success)
+    }
+}
