@@ -123,6 +123,7 @@ extension ItemStore {
     /// transaction; the identity and every item stay (a later join reuses the identity).
     public func syncLeft() throws(KeychainError) {
         try database.transaction { () throws(KeychainError) in
+            try unstampSyncedItems()
             try syncCircleTable.delete()
             try SyncKeysTable(database).deleteAll()
             try SyncRosterTable(database).deleteAll()

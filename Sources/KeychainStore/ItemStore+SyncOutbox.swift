@@ -54,6 +54,28 @@ extension ItemStore {
         for row in stamped { try queueSyncTombstone(for: row) }
     }
 
+    /// On leaving a circle (inside the caller's transaction): every synced item becomes one no
+    /// circle has seen (no stamp) with its push queued, as if added outside any circle. Kept
+    /// stamped, the first full pull of the next circle would find their records absent and
+    /// delete them as deleted elsewhere (docs/sync.md, 5), and a heal there would push them
+    /// with the old circle's writers.
+    func unstampSyncedItems() throws(KeychainError) {
+        for cls in ItemClass.stored {
+            for pdmn in Protection.allCases where !pdmn.isThisDeviceOnly {
+                var stamped: [Int64] = []
+                try table.forEachRow(of: cls, protection: pdmn) { row in
+                    if row.sync == 1, row.syncStamp != nil { stamped.append(row.rowid) }
+                    return true
+                }
+                for rowid in stamped {
+                    try table.clearSyncStamp(rowid: rowid)
+                    try syncOutbox.queueVersion(item: rowid)
+                    syncQueuedChanges &+= 1
+                }
+            }
+        }
+    }
+
     private func queueSyncTombstone(for row: ItemRow) throws(KeychainError) {
         guard Self.maySync(row), let pdmn = row.protection else { return }
         // The delete is a new version of the record: never before the version it removes,

@@ -85,4 +85,24 @@ extension SyncAttackTests {
         #expect(states.withLock { $0 } == ["member", "member"], "\(states.withLock { $0 })")
         #expect(theirs.wait(timeout: .now() + 40) == .success)
     }
+
+    @Test func itemsSyncedInACircleTheKeychainLeftStayAndGoToTheNextCircleItCreates() throws {
+        let cluster = try TestCluster()
+        let a = try SyncCircleTests.daemon(cluster), b = try SyncCircleTests.daemon(cluster)
+        let ca = KeychainConnection(socketPath: a.socketPath)
+        _ = try ca.syncCreate(name: "a")
+        try Self.add(a, "kept", "synced-in-the-first-circle")
+        try SyncItemsTests.syncNow(a)
+        #expect(try a.cli(["sync", "leave"]).status == Exit.success)
+        #expect(try Self.get(a, "kept").text == "synced-in-the-first-circle")
+
+        let second = try ca.syncCreate(name: "a")
+        try SyncItemsTests.syncNow(a)
+        #expect(try Self.get(a, "kept").text == "synced-in-the-first-circle")
+        _ = try ca.syncApprove(device: try KeychainConnection(socketPath: b.socketPath).syncJoin(circle: second.circle, name: "b").device)
+        try SyncItemsTests.syncNow(a)
+        try SyncItemsTests.syncNow(b)
+        #expect(try Self.get(b, "kept").text == "synced-in-the-first-circle")
+        #expect(try Self.get(a, "kept").text == "synced-in-the-first-circle")
+    }
 }
