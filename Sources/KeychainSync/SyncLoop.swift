@@ -148,8 +148,8 @@ public final class SyncLoop: Sendable {
 
     /// Runs a pass that starts after this call and returns when it has finished, throwing its
     /// error (`sync now`, op 39: "answer when caught up or on error"). While the database is
-    /// unreachable the thread tries to connect at once instead of waiting out its backoff, and
-    /// a failed connect is the answer. errSecNotAvailable if no pass ended within `timeout`
+    /// unreachable the thread connects without waiting out its backoff (within a second of the
+    /// last failure: see waitBeforeConnecting), and a failed connect is the answer. errSecNotAvailable if no pass ended within `timeout`
     /// or the loop is not running.
     public func runPassNow(timeout: Duration) throws(KeychainError) {
         let (ticket, done) = try shared.withLock { (s) throws(KeychainError) -> (UInt64, DispatchSemaphore) in
@@ -343,14 +343,20 @@ public final class SyncLoop: Sendable {
     }
 
     /// Waits about `delay` (with jitter) before the next connect; cut short by `runPassNow`
-    /// (connect at once) and by `stop()`. False if the loop is stopping.
+    /// (connect soon) and by `stop()`. False if the loop is stopping. A `runPassNow` still
+    /// waits until `firstRetry`, at most a second, has passed since the failure: any local user
+    /// may call `sync now`, and a flood of it must not become a flood of connects (and of login
+    /// attempts the database logs or locks the account for). The calls of that wait share the
+    /// one connect and its answer.
     private func waitBeforeConnecting(_ delay: Duration) -> Bool {
-        let deadline = ContinuousClock.now + delay * Double.random(in: 0.75..<1.25)
+        let failedAt = ContinuousClock.now
+        let deadline = failedAt + delay * Double.random(in: 0.75..<1.25)
+        let askedDeadline = failedAt + min(timing.firstRetry, .seconds(1))
         while true {
             let (stopping, asked) = shared.withLock { ($0.stopping, $0.requested > $0.answered) }
             if stopping { return false }
-            if asked { return true }
-            let remaining = deadline - ContinuousClock.now
+            if asked, ContinuousClock.now >= askedDeadline { return true }
+            let remaining = (asked ? min(deadline, askedDeadline) : deadline) - ContinuousClock.now
             if remaining <= .zero { return true }
             var fd = pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)
             if poll(&fd, 1, Int32(clamping: Self.milliseconds(remaining))) > 0 { wakeup.drain() }

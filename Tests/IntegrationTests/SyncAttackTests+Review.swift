@@ -106,3 +106,53 @@ extension SyncAttackTests {
         #expect(try Self.get(a, "kept").text == "synced-in-the-first-circle")
     }
 }
+
+extension SyncAttackTests {
+    @Test func aFloodOfSyncNowFromAnotherLocalUserWhileTheDatabaseFailsIsNotAFloodOfConnects() throws {
+        let cluster = try TestCluster()
+        let user = try MultiUserTests.user("kcapp-a")
+        let a = try Self.daemonWithAnotherUser(cluster, user)
+        _ = try KeychainConnection(socketPath: a.socketPath).syncCreate(name: "a")
+        // The database host now takes each connection and drops it at once: every connect
+        // fails fast, so only keychaind's own pacing limits how often it connects.
+        let server = try SyncCircleTests.silentServer()
+        let connects = Locked(0), closing = Locked(false)
+        let serverGone = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            while !closing.withLock({ $0 }) {
+                var pending = pollfd(fd: server.fd, events: Int16(POLLIN), revents: 0)
+                guard poll(&pending, 1, 100) == 1 else { continue }
+                let fd = accept(server.fd, nil, nil)
+                if fd >= 0 {
+                    connects.withLock { $0 += 1 }
+                    close(fd)
+                }
+            }
+            close(server.fd)
+            serverGone.signal()
+        }
+        defer {
+            closing.withLock { $0 = true }
+            serverGone.wait()
+        }
+        try Self.pointDatabase(of: a, at: "host=127.0.0.1 port=\(server.port) dbname=k user=k")
+
+        let start = ContinuousClock.now
+        let answers = Locked([Int32]())
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+            for _ in 0..<5 {
+                let status = (try? a.cli(["sync", "now"], asUser: user))?.status ?? -1
+                answers.withLock { $0.append(status) }
+            }
+        }
+        let elapsed = ContinuousClock.now - start
+        // Each call is answered with the failure...
+        #expect(answers.withLock { $0.count == 20 && $0.allSatisfy { $0 != Exit.success && $0 != -1 } }, "\(answers.withLock { $0 })")
+        // ...and the daemon connected about once per second of the flood (its first retry),
+        // not once per call. The bound grows with the flood's own length, so a slow machine
+        // does not break it.
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let allowed = Int(seconds.rounded(.up)) + 3
+        #expect(connects.withLock { $0 } <= allowed, "\(connects.withLock { $0 }) connects in \(elapsed) for 20 calls")
+    }
+}
