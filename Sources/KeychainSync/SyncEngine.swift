@@ -156,13 +156,20 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
     }
 
     /// The first half of a heal: raise the circle's seq past the cursor the rollback was found
-    /// at, push again every version this device holds that the store lacks (each keeping its
+    /// at, append again the roster entries the store lost, push again every version this device holds that the store lacks (each keeping its
     /// writer, counter and mdat) with this device's head restored, and restart the pull from
     /// the first row. The push and full pull of the same pass follow; `healEnded` closes it.
     private func heal(_ member: Member, _ database: SyncDatabase, _ healing: Healing) throws(KeychainError) {
         let circleID = member.key.circleID
         guard try database.raiseSeq(circleID: circleID, epoch: member.key.epoch, atLeast: healing.cursor) else {
             throw KeychainError(.notAvailable, "the sync store was rolled back (\(healing.reason)) and its circle is at another epoch than this device's: it is not healed")
+        }
+        // Roster entries the store lost go back as signed: this device verified each, and the
+        // refresh found the store's roster a prefix of them. Left out, every later check would
+        // find the roster short again and heal again.
+        if let verified = try store.withStore({ (s) throws(KeychainError) in try s.syncRoster() }) {
+            let held = try database.rosterLength(circleID: circleID)
+            for signed in verified.entries.dropFirst(held) { try database.append(signed, wrapping: nil) }
         }
         let stored = try database.versions(circleID: circleID)
         let me = member.identity.id
