@@ -426,7 +426,9 @@ struct SSHDLoginTests {
         guard getpwnam(user) != nil else { throw KeychainError(.io, "useradd \(user) failed") }
     }
 
-    static func freePort() -> UInt16 {
+    /// A port nothing held a moment ago: another test may take it before sshd binds it,
+    /// which `startSSHD` sees in sshd's log and answers with another port.
+    static func unusedPort() -> UInt16 {
         let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(s) }
         var addr = sockaddr_in()
@@ -436,6 +438,42 @@ struct SSHDLoginTests {
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &length) } }
         return UInt16(bigEndian: addr.sin_port)
+    }
+
+    /// sshd, listening: ready when its log says it listens on the port (not when a connect to
+    /// the port succeeds, which another test's listener there would answer too), started
+    /// again on another port when the one it was given was taken first.
+    static func startSSHD(_ dir: String, config: (UInt16) -> String) throws -> (pid: pid_t, port: UInt16) {
+        for _ in 0..<5 {
+            let port = unusedPort()
+            let log = dir + "/sshd.log"
+            try? FileManager.default.removeItem(atPath: log)
+            try config(port).write(toFile: dir + "/sshd_config", atomically: true, encoding: .utf8)
+            // posix_spawn, not Process: sshd closes every inherited descriptor at start, which
+            // Foundation takes for an exit and then waits for it, stalling every other Process.
+            let arguments: [String] = ["/usr/sbin/sshd", "-D", "-e", "-E", log, "-f", dir + "/sshd_config"]
+            let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+            defer { argv.forEach { free($0) } }
+            var pid: pid_t = 0
+            guard posix_spawn(&pid, "/usr/sbin/sshd", nil, nil, argv, environ) == 0 else { throw KeychainError(.io, "cannot start sshd") }
+            var exited = false
+            for _ in 0..<3000 {
+                let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+                if text.contains("Server listening on 127.0.0.1 port \(port).") { return (pid, port) }
+                var status: Int32 = 0
+                if waitpid(pid, &status, WNOHANG) == pid { exited = true; break }
+                usleep(10_000)
+            }
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            if !exited {
+                kill(pid, SIGTERM)
+                var status: Int32 = 0
+                waitpid(pid, &status, 0)
+                throw KeychainError(.io, "sshd did not say it listens within 30 s: \(text)")
+            }
+            guard text.contains("Address already in use") else { throw KeychainError(.io, "sshd exited: \(text)") }
+        }
+        throw KeychainError(.io, "sshd found each of 5 ports taken")
     }
 
     @Test(arguments: [KeyType.ed25519, .p256])
@@ -451,46 +489,28 @@ struct SSHDLoginTests {
         chmod(agent.scratch, 0o755)
         chmod(dir, 0o755)
         chmod(dir + "/authorized_keys", 0o644)
-        let port = Self.freePort()
-        try """
-        ListenAddress 127.0.0.1
-        Port \(port)
-        HostKey \(dir)/host_key
-        PidFile \(dir)/sshd.pid
-        AuthorizedKeysFile \(dir)/authorized_keys
-        AuthenticationMethods publickey
-        PubkeyAuthentication yes
-        PasswordAuthentication no
-        KbdInteractiveAuthentication no
-        UsePAM no
-        StrictModes no
-        AllowUsers \(Self.user)
+        let (sshd, port) = try Self.startSSHD(dir) { port in
+            """
+            ListenAddress 127.0.0.1
+            Port \(port)
+            HostKey \(dir)/host_key
+            PidFile \(dir)/sshd.pid
+            AuthorizedKeysFile \(dir)/authorized_keys
+            AuthenticationMethods publickey
+            PubkeyAuthentication yes
+            PasswordAuthentication no
+            KbdInteractiveAuthentication no
+            UsePAM no
+            StrictModes no
+            AllowUsers \(Self.user)
 
-        """.write(toFile: dir + "/sshd_config", atomically: true, encoding: .utf8)
-        // posix_spawn, not Process: sshd closes every inherited descriptor at start, which
-        // Foundation takes for an exit and then waits for it, stalling every other Process.
-        let arguments: [String] = ["/usr/sbin/sshd", "-D", "-e", "-E", dir + "/sshd.log", "-f", dir + "/sshd_config"]
-        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var sshd: pid_t = 0
-        #expect(posix_spawn(&sshd, "/usr/sbin/sshd", nil, nil, argv, environ) == 0)
+            """
+        }
         defer {
             kill(sshd, SIGTERM)
             var status: Int32 = 0
             waitpid(sshd, &status, 0)
         }
-        var ready = false
-        for _ in 0..<500 where !ready {
-            let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var addr = sockaddr_in()
-            addr.sin_family = sa_family_t(AF_INET)
-            addr.sin_port = port.bigEndian
-            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-            ready = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
-            close(s)
-            if !ready { usleep(10_000) }
-        }
-        #expect(ready)
         let login = try agent.ssh("ssh", ["-F", "/dev/null", "-o", "IdentityAgent=\(agent.socketPath)", "-o", "BatchMode=yes",
                                           "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                                           "-o", "PreferredAuthentications=publickey", "-p", String(port),
