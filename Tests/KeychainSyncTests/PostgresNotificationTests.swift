@@ -8,15 +8,14 @@ import Testing
 struct PostgresNotificationTests {
     static let channel = "keychaind_sync_00112233445566778899aabbccddeeff"
 
-    @Test func aNotifyFromAnotherConnectionIsSeenWithinASecond() throws {
+    /// The wait ends with the notification, not at its own time-out (which would be `.timedOut`).
+    @Test func aNotifyFromAnotherConnectionEndsTheWait() throws {
         let cluster = try TestCluster()
         let listener = try PostgresConnection(cluster.url)
         let writer = try PostgresConnection(cluster.url)
         try listener.listen(Self.channel)
-        let start = ContinuousClock.now
         try writer.notify(Self.channel, payload: "42")
-        let outcome = try listener.waitForNotifications(timeout: .seconds(5))
-        #expect(ContinuousClock.now - start < .seconds(1))
+        let outcome = try listener.waitForNotifications(timeout: .seconds(60))
         #expect(outcome == .notified([PostgresNotification(channel: Self.channel, payload: "42", senderProcessID: writer.serverProcessID)]))
     }
 
@@ -59,11 +58,10 @@ struct PostgresNotificationTests {
         // Two signals wake once.
         #expect(try listener.waitForNotifications(wakeup: wakeup, timeout: .milliseconds(100)) == .timedOut)
 
-        let start = ContinuousClock.now
+        // Signalled during the wait: it ends woken, not timed out.
         let thread = Thread { Thread.sleep(forTimeInterval: 0.1); wakeup.signal() }
         thread.start()
-        #expect(try listener.waitForNotifications(wakeup: wakeup, timeout: .seconds(10)) == .woken)
-        #expect(ContinuousClock.now - start < .seconds(2))
+        #expect(try listener.waitForNotifications(wakeup: wakeup, timeout: .seconds(60)) == .woken)
     }
 
     @Test func aChannelThatLISTENWouldFoldIsRefused() throws {
@@ -80,10 +78,9 @@ struct PostgresNotificationTests {
         try listener.listen(Self.channel)
 
         try cluster.halt()
-        let start = ContinuousClock.now
-        let lost = expectError(.notAvailable) { _ = try listener.waitForNotifications(timeout: .seconds(10)) }
+        // Noticed while waiting: the wait ends with the loss, not at its time-out (no error).
+        let lost = expectError(.notAvailable) { _ = try listener.waitForNotifications(timeout: .seconds(60)) }
         #expect((lost?.underlying as? PostgresFailure)?.kind == .connectionLost, "\(String(describing: lost))")
-        #expect(ContinuousClock.now - start < .seconds(2))
         #expect(!listener.isConnected)
         // Closed for good: every later call says so at once.
         let after = expectError(.notAvailable) { try listener.query("SELECT 1::int8") }

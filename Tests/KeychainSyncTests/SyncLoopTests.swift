@@ -30,6 +30,11 @@ struct SyncLoopTests {
     /// A fast loop for tests: retries after 100–400 ms, a pass every 60 s unless woken.
     static let quick = SyncLoop.Timing(passInterval: .seconds(60), firstRetry: .milliseconds(100), longestRetry: .milliseconds(400))
 
+    /// How long a test waits for a pass that an event (a notification, `wake`, a move) must
+    /// run: half of `quick`'s 60 s interval, so that only the event can have run it, and far
+    /// above any stall of a busy machine.
+    static let beforeTheIntervalPass: Duration = .seconds(30)
+
     /// Polls `condition` until it holds or `timeout` passes; whether it held.
     static func eventually(within timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
         let deadline = ContinuousClock.now + timeout
@@ -57,7 +62,7 @@ struct SyncLoopTests {
         #expect(loop.status.lastError == nil && loop.status.lastSuccessfulPass != nil)
     }
 
-    @Test func anotherDevicesPushRunsAPassWithinASecond() throws {
+    @Test func anotherDevicesPushRunsAPass() throws {
         let f = try F()
         let log = PassLog()
         let loop = try Self.loop(f) { _ in log.started() }
@@ -68,7 +73,7 @@ struct SyncLoopTests {
             let before = log.count
             let pushed = ContinuousClock.now
             _ = try f.push([F.row(i, mdat: 1, counter: Int64(i))])
-            #expect(Self.eventually(within: .seconds(1)) { log.count > before }, "push \(i)")
+            #expect(Self.eventually(within: Self.beforeTheIntervalPass) { log.count > before }, "push \(i)")
             if let start = log.startTimes.dropFirst(before).first { latencies.append(start - pushed) }
         }
         print("SyncLoopTests: another device's push (start of its transaction) to the loop's pass starting, median \(medianMilliseconds(latencies)) over \(latencies.count)")
@@ -81,7 +86,7 @@ struct SyncLoopTests {
         defer { loop.stop() }
         #expect(Self.eventually { log.count == 1 })
         loop.wake()
-        #expect(Self.eventually(within: .seconds(1)) { log.count == 2 })
+        #expect(Self.eventually(within: Self.beforeTheIntervalPass) { log.count == 2 })
     }
 
     @Test func afterFollowingAnotherCircleItsChannelWakesTheLoopAndTheOldOneNoLonger() throws {
@@ -93,14 +98,14 @@ struct SyncLoopTests {
         let next = SyncCircleID.random()
         loop.follow(circleID: next)
         // Moving runs a pass: what was pushed to the new circle before the LISTEN is pulled by it.
-        #expect(Self.eventually(within: .seconds(1)) { log.count == 2 })
+        #expect(Self.eventually(within: Self.beforeTheIntervalPass) { log.count == 2 })
         let sender = try PostgresConnection(f.cluster.url)
         defer { sender.close() }
         try sender.notify(SyncDatabase.channel(circleID: f.circle.bytes), payload: "old")
         Thread.sleep(forTimeInterval: 0.3)
         #expect(log.count == 2)
         try sender.notify(SyncDatabase.channel(circleID: next.bytes), payload: "new")
-        #expect(Self.eventually(within: .seconds(1)) { log.count == 3 })
+        #expect(Self.eventually(within: Self.beforeTheIntervalPass) { log.count == 3 })
     }
 
     @Test func thePassRunsWhenTheIntervalPassesWithoutAWakeup() throws {
@@ -108,7 +113,7 @@ struct SyncLoopTests {
         let log = PassLog()
         let loop = try Self.loop(f, timing: SyncLoop.Timing(passInterval: .milliseconds(200))) { _ in log.started() }
         defer { loop.stop() }
-        #expect(Self.eventually(within: .seconds(3)) { log.count >= 3 })
+        #expect(Self.eventually { log.count >= 3 }, "\(log.count) passes")
     }
 
     @Test func theLoopsOwnPushDoesNotRunAnotherPass() throws {
@@ -187,7 +192,7 @@ struct SyncLoopTests {
         // The new connection listens again.
         let before = log.count
         _ = try f.push([F.row(1, mdat: 1, counter: 1)], on: try f.peer())
-        #expect(Self.eventually(within: .seconds(1)) { log.count > before })
+        #expect(Self.eventually(within: Self.beforeTheIntervalPass) { log.count > before })
     }
 
     @Test func syncNowWhileTheServerIsDownAnswersAtOnceAndConnectsWithoutWaitingOutTheBackoff() throws {
