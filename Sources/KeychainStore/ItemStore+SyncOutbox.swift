@@ -62,14 +62,9 @@ extension ItemStore {
     func unstampSyncedItems() throws(KeychainError) {
         for cls in ItemClass.stored {
             for pdmn in Protection.allCases where !pdmn.isThisDeviceOnly {
-                var stamped: [Int64] = []
-                try table.forEachRow(of: cls, protection: pdmn) { row in
-                    if row.sync == 1, row.syncStamp != nil { stamped.append(row.rowid) }
-                    return true
-                }
-                for rowid in stamped {
-                    try table.clearSyncStamp(rowid: rowid)
-                    try syncOutbox.queueVersion(item: rowid)
+                for row in try stampedSyncedRows(of: cls, protection: pdmn) {
+                    try table.clearSyncStamp(rowid: row.rowid)
+                    try syncOutbox.queueVersion(item: row.rowid)
                     syncQueuedChanges &+= 1
                 }
             }

@@ -22,12 +22,7 @@ extension ItemStore {
             for cls in ItemClass.stored {
                 for pdmn in Protection.allCases where !pdmn.isThisDeviceOnly {
                     guard let key = keybag.key(for: pdmn) else { continue }
-                    var candidates: [ItemRow] = []
-                    try table.forEachRow(of: cls, protection: pdmn) { row in
-                        if row.sync == 1, row.syncStamp != nil { candidates.append(row) }
-                        return true
-                    }
-                    for row in candidates {
+                    for row in try stampedSyncedRows(of: cls, protection: pdmn) {
                         guard try syncOutbox.entry(item: row.rowid) == nil,
                               let item = try? codec.open(row, classKey: key, withAttributes: true) else { continue }
                         if !present.contains(try circleKey.recordID(of: cls, attributes: item.attributes)) {
@@ -39,5 +34,16 @@ extension ItemStore {
             for rowid in gone { try table.delete(rowid: rowid) }
             return gone.count
         }
+    }
+
+    /// The synced items of one class and protection class that a circle has seen (stamped):
+    /// what a full reconcile, a heal and a leave go through.
+    func stampedSyncedRows(of cls: ItemClass, protection pdmn: Protection) throws(KeychainError) -> [ItemRow] {
+        var rows: [ItemRow] = []
+        try table.forEachRow(of: cls, protection: pdmn) { row in
+            if row.sync == 1, row.syncStamp != nil { rows.append(row) }
+            return true
+        }
+        return rows
     }
 }

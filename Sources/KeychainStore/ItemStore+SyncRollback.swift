@@ -62,11 +62,7 @@ extension ItemStore {
         var out: [SyncRecordRow] = []
         for cls in ItemClass.stored {
             for pdmn in Protection.allCases where !pdmn.isThisDeviceOnly {
-                var candidates: [ItemRow] = []
-                try table.forEachRow(of: cls, protection: pdmn) { row in
-                    if row.sync == 1, row.syncStamp != nil { candidates.append(row) }
-                    return true
-                }
+                let candidates = try stampedSyncedRows(of: cls, protection: pdmn)
                 guard !candidates.isEmpty else { continue }
                 guard let key = keybag.key(for: pdmn) else {
                     throw KeychainError(.interactionNotAllowed, "the sync store was rolled back and its heal waits for the unlock of this device's \(pdmn.rawValue) items")
