@@ -33,13 +33,9 @@ extension SyncAttackTests {
         _ = try KeychainConnection(socketPath: a.socketPath).syncCreate(name: "a")
         // The database host now completes connections and never speaks, and no connect_timeout
         // bounds the wait: a status that connects waits until this test closes the server.
-        let server = try SyncCircleTests.silentServer()
+        let server = try SilentServer()
         var held: [Int32] = []
-        var listening = true
-        defer {
-            for fd in held { close(fd) }
-            if listening { close(server.fd) }
-        }
+        defer { for fd in held { close(fd) } }
         try Self.pointDatabase(of: a, at: "host=127.0.0.1 port=\(server.port) dbname=k user=k connect_timeout=0")
         // The sync thread connects first, at the daemon's start.
         guard let loop = Self.acceptNext(server.fd, within: 20) else {
@@ -79,8 +75,7 @@ extension SyncAttackTests {
 
         for fd in held { close(fd) }
         held = []
-        close(server.fd)
-        listening = false
+        server.close()
         if !inTime { _ = answered.wait(timeout: .now() + 40) }
         #expect(states.withLock { $0 } == ["member", "member"], "\(states.withLock { $0 })")
         #expect(theirs.wait(timeout: .now() + 40) == .success)
@@ -115,7 +110,7 @@ extension SyncAttackTests {
         _ = try KeychainConnection(socketPath: a.socketPath).syncCreate(name: "a")
         // The database host now takes each connection and drops it at once: every connect
         // fails fast, so only keychaind's own pacing limits how often it connects.
-        let server = try SyncCircleTests.silentServer()
+        let server = try SilentServer()
         let connects = Locked(0), closing = Locked(false)
         let serverGone = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
@@ -128,7 +123,7 @@ extension SyncAttackTests {
                     close(fd)
                 }
             }
-            close(server.fd)
+            server.close()
             serverGone.signal()
         }
         defer {

@@ -111,25 +111,8 @@ struct SyncCircleTests {
         #expect(loose.log.contains("0600"))
     }
 
-    /// A TCP port on loopback that completes connections and never answers: libpq waits for
-    /// the server's first message until its connect_timeout.
-    static func silentServer() throws -> (fd: Int32, port: UInt16) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound, listen(fd, 8) == 0 else { throw KeychainError(.io, "cannot listen on loopback") }
-        return (fd, UInt16(bigEndian: addr.sin_port))
-    }
-
     @Test func otherCallsGoOnWhileASyncCallWaitsForTheDatabase() throws {
-        let server = try Self.silentServer()
-        var listening = true
-        defer { if listening { close(server.fd) } }
+        let server = try SilentServer()
         // The create can end only when this test closes the server (or after 30 s).
         let d = try RunningDaemon(config: "[sync]\ndatabase = \"host=127.0.0.1 port=\(server.port) dbname=k user=k connect_timeout=30\"")
         let socketPath = d.socketPath
@@ -175,8 +158,7 @@ struct SyncCircleTests {
         // The server goes away: the create fails, not available.
         close(held)
         held = -1
-        close(server.fd)
-        listening = false
+        server.close()
         #expect(done.wait(timeout: .now() + 40) == .success)
         #expect(createStatus.withLock { $0 } == .notAvailable)
     }

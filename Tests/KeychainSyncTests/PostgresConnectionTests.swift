@@ -128,32 +128,6 @@ struct PostgresConnectionTests {
         #expect(error?.message.contains("Secret-42") == false)
     }
 
-    /// A TCP port on loopback that completes connections (the kernel's backlog) and never
-    /// answers: libpq sends its startup packet and waits for a reply that never comes.
-    final class SilentServer {
-        let fd: Int32
-        let port: UInt16
-
-        init() throws {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            self.fd = fd
-            var addr = sockaddr_in()
-            addr.sin_family = sa_family_t(AF_INET)
-            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            let bound = withUnsafeMutablePointer(to: &addr) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-            }
-            guard bound, listen(fd, 8) == 0 else {
-                close(fd)
-                throw KeychainError(.io, "cannot listen on loopback")
-            }
-            port = UInt16(bigEndian: addr.sin_port)
-        }
-
-        deinit { close(fd) }
-    }
-
     /// The stop, signalled long after the 2 s timeout, only ends the wait if the timeout
     /// was not applied; the error says which of the two ended it.
     @Test func aHostThatNeverAnswersFailsAtTheConnectTimeout() throws {

@@ -244,7 +244,7 @@ struct SyncLoopTests {
     }
 
     @Test func stopReturnsWithinItsBoundWhileTheConnectWaitsOnAHostThatNeverAnswers() throws {
-        let silent = try PostgresConnectionTests.SilentServer()
+        let silent = try SilentServer()
         let loop = try SyncLoop(connectionString: "host=127.0.0.1 port=\(silent.port) dbname=k user=k connect_timeout=60",
                                 circleID: SyncCircleID.random(), timing: Self.quick) { _ in }
         try loop.start()

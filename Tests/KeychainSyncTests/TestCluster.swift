@@ -101,3 +101,39 @@ func expectError(_ status: KeychainStatus, sourceLocation: SourceLocation = #_so
     }
     return nil
 }
+
+/// A TCP port on loopback that completes connections (the kernel's backlog) and never
+/// answers: libpq sends its startup packet and waits for a reply that never comes. `close()`
+/// takes the port away (connects then fail at once); the port is closed when released too.
+final class SilentServer: @unchecked Sendable {
+    let fd: Int32
+    let port: UInt16
+    private let state = NSLock()
+    private var listening = true
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound, listen(fd, 8) == 0 else {
+            Glibc.close(fd)
+            throw KeychainError(.io, "cannot listen on loopback")
+        }
+        self.fd = fd
+        port = UInt16(bigEndian: addr.sin_port)
+    }
+
+    func close() {
+        state.lock()
+        defer { state.unlock() }
+        if listening { Glibc.close(fd) }
+        listening = false
+    }
+
+    deinit { close() }
+}
