@@ -217,3 +217,38 @@ struct ProtocolStatusTableTests {
         }
     }
 }
+
+/// docs/protocol.md, section 3: the operation table names every code the daemon serves with its
+/// name, and the table of codes reserved for the open issues overlaps none of them, so work
+/// on two issues at once never gives one number two meanings.
+@Suite("The operation codes of docs/protocol.md")
+struct ProtocolOperationTableTests {
+    /// The rows `| N | name | ...` of the table that follows `heading`, up to the next heading.
+    static func rows(after heading: String) throws -> [UInt8: String] {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../docs/protocol.md").standardized
+        let page = try String(contentsOf: path, encoding: .utf8)
+        let section = try #require(page.components(separatedBy: heading).dropFirst().first)
+            .components(separatedBy: "\n#")[0]
+        var rows: [UInt8: String] = [:]
+        for line in section.split(separator: "\n") where line.hasPrefix("| ") {
+            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            if cells.count >= 2, let code = UInt8(cells[0]) { rows[code] = cells[1] }
+        }
+        return rows
+    }
+
+    @Test func theOperationTableListsEveryServedOperationByItsName() throws {
+        let documented = try Self.rows(after: "### Request\n")
+        let served = Dictionary(uniqueKeysWithValues: Request.Operation.allCases.map { ($0.rawValue, "\($0)") })
+        #expect(documented == served, "documented \(documented.sorted { $0.key < $1.key }), served \(served.sorted { $0.key < $1.key })")
+    }
+
+    @Test func noReservedCodeIsServedOrListedTwice() throws {
+        let reserved = try Self.rows(after: "### Reserved for the open issues (40 to 63)\n")
+        #expect(reserved.count >= 14, "the reserved table was not found or lost rows: \(reserved)")
+        let served = Set(Request.Operation.allCases.map(\.rawValue))
+        #expect(served.isDisjoint(with: reserved.keys), "served and reserved: \(served.intersection(reserved.keys).sorted())")
+        #expect(Set(reserved.values).count == reserved.count, "a name reserved twice: \(reserved.values.sorted())")
+    }
+}
