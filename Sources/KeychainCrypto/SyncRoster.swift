@@ -95,6 +95,11 @@ public struct SyncRoster: Sendable {
     /// Devices that left since the last rotation: a member must now rotate (a remove entry
     /// naming one of them).
     public private(set) var awaitingRotation: Set<SyncDeviceID> = []
+    /// Every device that ever left or was removed. None of them is added again: a removed
+    /// device still holds its identity's secrets, and a member who typed its old digits by
+    /// mistake would hand it the next circle key. It comes back only as a new device, with a
+    /// new identity and new digits (docs/sync.md, section 3).
+    public private(set) var departed: Set<SyncDeviceID> = []
     public private(set) var epoch: UInt32 = 0
 
     /// Verifies `entries` from entry 0; errSecDecode at the first that breaks a rule.
@@ -150,7 +155,7 @@ public struct SyncRoster: Sendable {
         guard e.previous == expectedPrevious else { throw refuse("does not chain to the entry before it") }
 
         let signerKeys: SyncDeviceKeys
-        var next = (members: members, awaiting: awaitingRotation, epoch: epoch)
+        var next = (members: members, awaiting: awaitingRotation, departed: departed, epoch: epoch)
         switch e.kind {
         case .found:
             guard entries.isEmpty else { throw refuse("only entry 0 founds a circle") }
@@ -165,11 +170,15 @@ public struct SyncRoster: Sendable {
             switch e.kind {
             case .add:
                 guard members[e.subject.id] == nil, e.epoch == epoch else { throw refuse("adds a member, or keeps the epoch, wrongly") }
+                guard !departed.contains(e.subject.id) else {
+                    throw refuse("adds a device that left or was removed; it may come back only as a new device")
+                }
                 next.members[e.subject.id] = e.subject
             case .leave:
                 guard e.signer == e.subject.id, e.epoch == epoch else { throw refuse("only a member leaves, itself, in its epoch") }
                 next.members[e.subject.id] = nil
                 next.awaiting.insert(e.subject.id)
+                next.departed.insert(e.subject.id)
             case .remove:
                 // A member removes another, or rotates after one left: either way a new epoch
                 // whose key no departed device receives.
@@ -179,6 +188,7 @@ public struct SyncRoster: Sendable {
                 }
                 guard epoch < UInt32.max, e.epoch == epoch + 1 else { throw refuse("a removal starts the epoch after \(epoch)") }
                 next.members[e.subject.id] = nil
+                next.departed.insert(e.subject.id)
                 next.awaiting = []
                 next.epoch = e.epoch
             case .found: fatalError("handled above")
@@ -186,7 +196,7 @@ public struct SyncRoster: Sendable {
         }
         guard signerKeys.verify(signed.signature, of: e.signedMessage) else { throw refuse("its signature does not verify") }
         entries.append(signed)
-        (members, awaitingRotation, epoch) = next
+        (members, awaitingRotation, departed, epoch) = next
     }
 
     /// Takes the store's copy: every entry this device holds must be there unchanged (else a

@@ -119,11 +119,13 @@ extension ItemStore {
         }
     }
 
-    /// Leaves the circle locally: the row, the circle keys and the roster go in one
-    /// transaction; the identity and every item stay (a later join reuses the identity).
+    /// Leaves the circle locally: the row, the circle keys, the roster and the identity go in
+    /// one transaction; every item stays. A later create or join makes a new identity: a
+    /// circle never takes back a device that left or was removed (SyncRoster.departed).
     public func syncLeft() throws(KeychainError) {
         try database.transaction { () throws(KeychainError) in
             try unstampSyncedItems()
+            try database.run("DELETE FROM sync_identity")
             try syncCircleTable.delete()
             try SyncKeysTable(database).deleteAll()
             try SyncRosterTable(database).deleteAll()

@@ -52,6 +52,13 @@ extension SyncDatabase {
         }
     }
 
+    /// Deletes `device`'s join request (a pending device that leaves): no member sees it
+    /// waiting any more.
+    public func withdrawJoinRequest(circleID: SyncCircleID, device: SyncDeviceID) throws(KeychainError) {
+        try connection.query("DELETE FROM sync_devices WHERE circle_id = $1 AND device_id = $2",
+                             [.bytea(circleID.bytes), .bytea(device.bytes)])
+    }
+
     /// Every join request of the circle, as stored. Rows whose keys are malformed are skipped.
     public func joinRequests(circleID: SyncCircleID) throws(KeychainError) -> [SyncJoinRequest] {
         let result = try connection.query("SELECT sign_pk, kx_pk, name, self_sig FROM sync_devices WHERE circle_id = $1",
@@ -77,6 +84,9 @@ extension SyncDatabase {
             }
             try c.query("INSERT INTO sync_roster (circle_id, entry_no, entry, sig) VALUES ($1, $2, $3, $4)",
                         [circle, .int(Int64(entry.entry.number)), .bytea(entry.entry.encoded), .bytea(entry.signature)])
+            // Every device's loop LISTENs on the channel: an approved device refreshes, takes
+            // its key and pulls now, not at its next timed pass; members see a leave at once.
+            try c.notify(Self.channel(circleID: entry.entry.circleID.bytes), payload: "roster \(entry.entry.number)")
             if let wrap {
                 try c.query("""
                     INSERT INTO sync_wrapped_keys (circle_id, epoch, device_id, wrapper_id, wrapped, sig)
@@ -135,6 +145,9 @@ extension SyncDatabase {
                 resealed.append(fresh)
             }
             try c.query("DELETE FROM sync_records WHERE circle_id = $1", [circle])
+            // The departed device's join request goes too, so no member sees it waiting again.
+            try c.query("DELETE FROM sync_devices WHERE circle_id = $1 AND device_id = $2",
+                        [circle, .bytea(entry.entry.subject.id.bytes)])
             let taken = try c.query("UPDATE sync_circles SET epoch = $2, seq = seq + $3 WHERE circle_id = $1 RETURNING seq",
                                     [circle, .int(Int64(next)), .int(Int64(resealed.count))])
             guard let last = taken.rows.first?.first?.int else { throw KeychainError(.decode, "the circle row went away") }

@@ -143,6 +143,9 @@ public enum SyncMembership {
         }
         let requests = try database.joinRequests(circleID: roster.circleID)
             .filter { $0.isSigned(by: fingerprint, for: roster.circleID) }
+        if requests.contains(where: { roster.departed.contains($0.device.id) }) {
+            throw KeychainError(.param, "the device \(fingerprint) left or was removed from this circle and is not approved again: on that device, `keychain sync leave` and then `keychain sync join` make it a new device with new digits to approve")
+        }
         if requests.contains(where: { roster.members[$0.device.id] != nil }) {
             throw KeychainError(.duplicateItem, "the device \(fingerprint) is a member already")
         }
@@ -265,7 +268,9 @@ public enum SyncMembership {
             guard let member = roster.members[keys.id], member == keys, listed.insert(keys.id).inserted else { continue }
             out.append(SyncDeviceListing(id: keys.id, fingerprint: keys.fingerprint, name: names[keys.id] ?? "", isMember: true))
         }
-        for request in requests.sorted(by: { $0.device.id < $1.device.id }) where listed.insert(request.device.id).inserted {
+        // A departed device's request is never listed as waiting: it cannot be approved.
+        for request in requests.sorted(by: { $0.device.id < $1.device.id })
+        where !roster.departed.contains(request.device.id) && listed.insert(request.device.id).inserted {
             out.append(SyncDeviceListing(id: request.device.id, fingerprint: request.device.fingerprint, name: request.name,
                                          isMember: false))
         }

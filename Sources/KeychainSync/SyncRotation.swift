@@ -26,8 +26,8 @@ public enum SyncRotation {
     }
 
     /// Leaves the circle (an admin call, on the leaving device): a self-signed `leave` entry,
-    /// then the circle row, keys and roster go locally. The identity and every item stay. The
-    /// next member to refresh rotates the key. A pending device only forgets its request.
+    /// then the circle row, keys, roster and identity go locally; every item stays. The next
+    /// member to refresh rotates the key. A pending device withdraws its request.
     public static func leave(store: some SyncLocalStore, database: SyncDatabase) throws(KeychainError) {
         if case .forked(let why) = try SyncMembership.refresh(store: store, database: database) {
             throw KeychainError(.decode, "sync is stopped: \(why)")
@@ -39,6 +39,8 @@ public enum SyncRotation {
         if roster.members[identity.id] != nil {
             let entry = try roster.signing(.leave, subject: identity.keys, by: identity, time: SyncMembership.now())
             try database.append(entry, wrapping: nil)
+        } else {
+            try database.withdrawJoinRequest(circleID: roster.circleID, device: identity.id)
         }
         try store.withStore { (s) throws(KeychainError) in try s.syncLeft() }
     }
