@@ -6,6 +6,8 @@
 #include <sys/syscall.h>
 #include <sys/eventfd.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <unistd.h>
 
 int csystem_harden_process(void) {
@@ -26,4 +28,24 @@ int csystem_pidfd_open(int32_t pid) {
 
 int csystem_eventfd(void) {
     return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+int csystem_spawn_detached(int32_t *pid, const char *path, char *const argv[], char *const envp[]) {
+    posix_spawnattr_t attributes;
+    posix_spawn_file_actions_t actions;
+    int rc = posix_spawnattr_init(&attributes);
+    if (rc != 0) return rc;
+    rc = posix_spawn_file_actions_init(&actions);
+    if (rc != 0) { posix_spawnattr_destroy(&attributes); return rc; }
+    pid_t child = 0;
+    if ((rc = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID)) == 0
+        && (rc = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) == 0
+        && (rc = posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)) == 0
+        && (rc = posix_spawn_file_actions_addclosefrom_np(&actions, 3)) == 0) {
+        rc = posix_spawn(&child, path, &actions, &attributes, argv, envp);
+    }
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    if (rc == 0) *pid = (int32_t)child;
+    return rc;
 }

@@ -36,6 +36,9 @@ struct Keychaind: ParsableCommand {
     @Option(help: "Config file (see Config/keychaind.toml); without it, the default one is read if present.")
     var config: String?
 
+    @Flag(help: "Start in the background and return once the socket serves, printing the daemon's pid (for scripts and shells; systemd units run it in the foreground).")
+    var background = false
+
     /// EX_CONFIG (sysexits.h): the unit's RestartPreventExitStatus= names it, so that a config
     /// that cannot work is not restarted in a loop.
     static let configurationExitStatus: Int32 = 78
@@ -54,6 +57,9 @@ struct Keychaind: ParsableCommand {
     }
 
     func run() throws {
+        if background {
+            BackgroundStart.run(arguments: CommandLine.arguments.dropFirst().filter { $0 != "--background" })
+        }
         DaemonProcess.ensureBacktracesDisabled()
         let environment = DaemonEnvironment(ProcessInfo.processInfo.environment)
         let file = config.map { ConfigFile(path: $0, required: true) } ?? environment.configFile

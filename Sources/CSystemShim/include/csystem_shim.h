@@ -16,4 +16,10 @@ int csystem_pidfd_open(int32_t pid);
 /// non-blocking, readable while non-zero. Returns it, or -1 with errno set.
 int csystem_eventfd(void);
 
+/// posix_spawn(3) of `path` in a session of its own (POSIX_SPAWN_SETSID: no controlling
+/// terminal), with stdin and stdout on /dev/null, stderr inherited and every other descriptor
+/// closed (posix_spawn_file_actions_addclosefrom_np): both are GNU extensions the Glibc
+/// module does not import. Returns 0 and sets *pid, or an errno value.
+int csystem_spawn_detached(int32_t *pid, const char *path, char *const argv[], char *const envp[]);
+
 #endif
