@@ -146,7 +146,7 @@ final class StoreExecutor: Sendable {
                      emit: (Response) -> Bool) -> Response {
         if case .copyMatching(let query) = request {
             guard let reader else { return Self.stopping }
-            return search(query, from: caller, request: request, policy: policy, reader: reader, emit: emit)
+            return search(query, from: caller, policy: policy, reader: reader, emit: emit)
         }
         if request.isSync {
             let refusal = store.withLock { (store) -> Response? in
@@ -223,93 +223,70 @@ final class StoreExecutor: Sendable {
         }
     }
 
-    /// A read holds the lock only for its SQL lookup: parsing before it, and decryption and
-    /// the result after it, run on the caller's thread alongside other calls.
-    private func search(_ query: AttributeDictionary, from caller: Caller, request: Request,
-                        policy: AccessPolicy, reader: SplitReader, emit: (Response) -> Bool) -> Response {
+    /// A read holds the lock only for its SQL lookups: parsing before them, and decryption and
+    /// the result after them, run on the caller's thread alongside other calls. A list answer
+    /// is sent in frames as its pages are read.
+    private func search(_ query: AttributeDictionary, from caller: Caller, policy: AccessPolicy, reader: SplitReader,
+                        emit: (Response) -> Bool) -> Response {
         do throws(KeychainError) {
             let scope = policy.scope(for: caller)
             if scope.groups.isEmpty { throw KeychainError(.missingEntitlement, policy.refusal(for: caller)) }
-            guard let prepared = try reader.prepareSearch(query, scope: scope) else {
-                return locked { $0.handle(request, from: caller, policy: policy) }
+            var frames = AnswerFrames()
+            let answer = try reader.copyMatching(query, scope: scope, store: ReadLookup(executor: self)) { (page) throws(KeychainError) in
+                for result in page { try frames.add(result, emit: emit) }
             }
-            if reader.answersInPages(prepared) {
-                return try searchInPages(prepared, reader: reader, emit: emit)
-            }
-            let fetched = try lookup { (store) throws(KeychainError) in try store.fetch(prepared) }
-            guard let result = try reader.finish(prepared, fetched) else {
-                return locked { $0.handle(request, from: caller, policy: policy) }
-            }
-            return Response(result: result)
+            guard case .list = answer else { return Response(result: answer) }
+            return Response(result: .list(frames.pending))
         } catch {
             return Response(error: error)
         }
     }
 
-    /// A read's SQL lookup, the only part of it that holds the store's lock (and counts as
+    /// A read's lookups, the only parts of it that hold the store's lock (each counts as
     /// activity for the idle auto-lock).
-    private func lookup(_ body: (ItemStore) throws(KeychainError) -> FetchedRows) throws(KeychainError) -> FetchedRows {
-        try store.withLock { (store) throws(KeychainError) -> FetchedRows in
-            guard let handler = store.handler else { throw Self.stoppingError }
-            handler.noteActivity()
-            return try body(handler.store)
-        }
-    }
+    private struct ReadLookup: StoreLookup {
+        let executor: StoreExecutor
 
-    /// A list answer, page by page: each page's rows are looked up under the lock (keyset
-    /// paging by rowid), opened and shaped outside it, and sent once about a frame's worth has
-    /// gathered. Memory per call is a page or two, whatever the answer's length.
-    private func searchInPages(_ prepared: PreparedSearch, reader: SplitReader,
-                               emit: (Response) -> Bool) throws(KeychainError) -> Response {
-        var pending: [ItemResult] = []
-        var pendingBytes = 0
-        var matched = 0
-        var corrupt = 0
-        var after: Int64? = 0
-        let wanted = reader.wantedMatches(prepared)
-        while let start = after {
-            let selection = reader.pageSelection(prepared, after: start)
-            let fetched = try lookup { (store) throws(KeychainError) in try store.fetchPage(selection) }
-            let page = try reader.finishPage(prepared, fetched, wanted: wanted.map { $0 - matched })
-            matched += page.matched
-            corrupt += page.corrupt
-            after = page.next
-            for result in page.results {
-                let size = WireCodec.encodedSize(result)
-                if !pending.isEmpty && pendingBytes + size > ItemStore.pageBytes {
-                    guard emit(Response(result: .list(pending), continues: true)) else {
-                        throw KeychainError(.io, "the client left in the middle of a long answer")
-                    }
-                    pending.removeAll(keepingCapacity: true)
-                    pendingBytes = 0
-                }
-                pending.append(result)
-                pendingBytes += size
+        func lookup<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T {
+            try executor.store.withLock { (store) throws(KeychainError) -> T in
+                guard let handler = store.handler else { throw StoreExecutor.stoppingError }
+                handler.noteActivity()
+                return try body(handler.store)
             }
         }
-        guard matched > 0 else { throw ItemStore.nothingFound(corrupt: corrupt) }
-        return Response(result: .list(pending))
     }
 
-    /// A list answer cut into frames of about `ItemStore.pageBytes`: every page but the last
-    /// goes to `emit`, the last is returned.
-    static func paged(_ response: Response, emit: (Response) -> Bool) -> Response {
-        guard case .list(let items) = response.result else { return response }
+    /// A list answer cut into frames of about `ItemStore.pageBytes`: each frame but the last
+    /// is sent as soon as it is full, the last is what remains pending.
+    private struct AnswerFrames {
         var pending: [ItemResult] = []
-        var pendingBytes = 0
-        for item in items {
-            let size = WireCodec.encodedSize(item)
+        private var pendingBytes = 0
+
+        mutating func add(_ result: ItemResult, emit: (Response) -> Bool) throws(KeychainError) {
+            let size = WireCodec.encodedSize(result)
             if !pending.isEmpty && pendingBytes + size > ItemStore.pageBytes {
                 guard emit(Response(result: .list(pending), continues: true)) else {
-                    return Response(error: KeychainError(.io, "the client left in the middle of a long answer"))
+                    throw KeychainError(.io, "the client left in the middle of a long answer")
                 }
                 pending.removeAll(keepingCapacity: true)
                 pendingBytes = 0
             }
-            pending.append(item)
+            pending.append(result)
             pendingBytes += size
         }
-        return Response(result: .list(pending))
+    }
+
+    /// A list answer cut into frames of about `ItemStore.pageBytes`: every frame but the last
+    /// goes to `emit`, the last is returned.
+    static func paged(_ response: Response, emit: (Response) -> Bool) -> Response {
+        guard case .list(let items) = response.result else { return response }
+        var frames = AnswerFrames()
+        do throws(KeychainError) {
+            for item in items { try frames.add(item, emit: emit) }
+        } catch {
+            return Response(error: error)
+        }
+        return Response(result: .list(frames.pending))
     }
 
     /// The store as the sync calls see it: each step takes the store's lock and releases it,

@@ -50,6 +50,11 @@ extension ItemStore {
         return found
     }
 
+    /// CopyMatching of class idnt: the join and its result, in one hold of the store.
+    func identityCopyMatching(_ query: ItemQuery, groups: [String]) throws(KeychainError) -> QueryResult {
+        try identityResult(try findIdentities(query, groups: groups, limit: query.limit.maxRows), query: query)
+    }
+
     /// Key attributes overlaid by the certificate's; v_Data is the key, certdata the certificate.
     func identityResult(_ identities: [Identity], query: ItemQuery) throws(KeychainError) -> QueryResult {
         if query.returnRef {

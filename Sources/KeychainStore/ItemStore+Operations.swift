@@ -83,21 +83,12 @@ extension ItemStore {
 
     // MARK: SecItemCopyMatching
 
+    /// The split read's one CopyMatching, with the whole answer gathered.
     public func copyMatching(_ dict: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> QueryResult {
-        let query = try ItemQuery(dict, for: .copyMatching)
-        let groups = try scope.groups(naming: query.accessGroup)
-        if query.itemClass == .identity {
-            let found = try findIdentities(query, groups: groups, limit: query.limit.maxRows)
-            return try identityResult(found, query: query)
-        }
-        if query.returnRef && query.itemClass != .genericPassword && query.itemClass != .internetPassword {
-            throw KeychainError(.unimplemented, "r_Ref: object references do not cross the socket; ask for r_Data or r_Attributes")
-        }
-        let plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
-        let (items, corrupt) = try find(plan, limit: query.limit.maxRows,
-                                        withAttributes: query.returnAttributes || Self.needsKeyAttributes(query))
-        guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
-        return try result(for: items, query: query, single: query.limit.returnsSingle)
+        var results: [ItemResult] = []
+        let answer = try splitReader.copyMatching(dict, scope: scope, store: self) { (page) throws(KeychainError) in results += page }
+        guard case .list = answer else { return answer }
+        return .list(results)
     }
 
     func result(for items: [StoredItem], query: ItemQuery, single: Bool) throws(KeychainError) -> QueryResult {

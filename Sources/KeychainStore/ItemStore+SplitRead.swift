@@ -2,22 +2,29 @@ import KeychainCrypto
 import KeychainModel
 import KeychainStorage
 
-/// A CopyMatching split in three, so that a server serialising access to the store holds its
-/// lock only for the middle part (the SQL lookup): parsing and planning before, decryption
-/// and shaping the result after, run concurrently. The outer two run on a `SplitReader`, a
-/// Sendable value holding only what never changes after init (the item codec with its
-/// lookup-hash key); `fetch` needs the same exclusive access to the store as every other call.
-public struct PreparedSearch: Sendable {
+/// Exclusive access to the store for the span of one body: the daemon's store lock, or nothing
+/// for a store its caller owns. A read takes it only for its SQL lookups (and, for identities,
+/// the join): parsing before them, decryption and shaping after them, run without it.
+public protocol StoreLookup {
+    func lookup<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T
+}
+
+extension ItemStore: StoreLookup {
+    public func lookup<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T { try body(self) }
+}
+
+/// A CopyMatching, parsed and planned before the lock is taken.
+struct PreparedSearch: Sendable {
     let query: ItemQuery
     let plan: SearchPlan
     /// The rows were cut off by SQL LIMIT: if some of them turn out to be altered, there may be
-    /// more matches beyond the cut, and the full path must run instead.
+    /// more matches beyond the cut.
     let limitedInSQL: Bool
     /// The plan's filter as SQL, built before the lock is taken.
     let selection: ItemTable.Selection
 }
 
-/// The rows a prepared search selected, each with the class key that opens it.
+/// The rows a lookup selected, each with the class key that opens it.
 public struct FetchedRows: Sendable {
     let rows: [(row: ItemRow, key: SecureKey)]
     let corrupt: Int
@@ -27,51 +34,92 @@ public struct FetchedRows: Sendable {
     public let exhausted: Bool
 }
 
-/// One page of a long answer: its results, how many rows were altered, and where the search
-/// goes on (nil: it is over).
-public struct SearchPage: Sendable {
-    public let results: [ItemResult]
+/// One page of an answer: its results, how many rows were altered, and where the search goes
+/// on (nil: it is over).
+struct SearchPage {
+    let results: [ItemResult]
     /// Items that matched (there are no results when the query asks for nothing back).
-    public let matched: Int
-    public let corrupt: Int
-    public let next: Int64?
+    let matched: Int
+    let corrupt: Int
+    let next: Int64?
 }
 
-/// The parts of a split read that run outside the store's lock, on any thread.
+/// SecItemCopyMatching, split around the store's lock so that a server serialising access to
+/// the store holds it only for the SQL lookups. A Sendable value holding only what never
+/// changes after init (the item codec with its lookup-hash key): used from any thread.
 public struct SplitReader: Sendable {
     let codec: ItemCodec
 
-    /// Parses and plans a CopyMatching. nil when the query needs the general path
-    /// (identities, which join two classes).
-    public func prepareSearch(_ dict: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedSearch? {
+    /// The one CopyMatching, of the daemon and of `ItemStore.copyMatching`. A list answer goes
+    /// in pages (keyset paging by rowid, each page's rows looked up in one hold of `store`) and
+    /// its results are handed to `page` as each page is shaped, so that memory per call is a
+    /// page or two whatever the answer's length; the returned list then holds none of them.
+    /// Any other answer is returned. Identities, which join two classes, are found in one hold.
+    public func copyMatching(_ dict: AttributeDictionary, scope: AccessScope, store: some StoreLookup,
+                             page: ([ItemResult]) throws(KeychainError) -> Void) throws(KeychainError) -> QueryResult {
         let query = try ItemQuery(dict, for: .copyMatching)
-        guard query.itemClass != .identity else { return nil }
+        let groups = try scope.groups(naming: query.accessGroup)
+        if query.itemClass == .identity {
+            let result = try store.lookup { (store) throws(KeychainError) in try store.identityCopyMatching(query, groups: groups) }
+            guard case .list(let results) = result else { return result }
+            try page(results)
+            return .list([])
+        }
         if query.returnRef && query.itemClass != .genericPassword && query.itemClass != .internetPassword {
             throw KeychainError(.unimplemented, "r_Ref: object references do not cross the socket; ask for r_Data or r_Attributes")
         }
-        let groups = try scope.groups(naming: query.accessGroup)
+        let prepared = prepare(query, groups: groups)
+        let wanted = query.limit.maxRows
+        guard query.limit.returnsSingle else {
+            var matched = 0
+            var corrupt = 0
+            var after: Int64? = 0
+            while let start = after {
+                let selection = pageSelection(prepared, after: start)
+                let fetched = try store.lookup { (store) throws(KeychainError) in try store.fetchPage(selection) }
+                let found = try finish(prepared, fetched, wanted: wanted.map { $0 - matched })
+                matched += found.matched
+                corrupt += found.corrupt
+                after = found.next
+                if !found.results.isEmpty { try page(found.results) }
+            }
+            guard matched > 0 else { throw ItemStore.nothingFound(corrupt: corrupt) }
+            return .list([])
+        }
+        var found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.fetch(prepared.selection) },
+                               wanted: wanted)
+        if prepared.limitedInSQL && found.corrupt > 0 && found.matched == 0 {
+            // Altered rows filled the SQL limit: a match may lie past it, so every row is read.
+            var whole = prepared.plan.filter
+            whole.limit = nil
+            let selection = ItemTable.selection(whole)
+            found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.fetch(selection) },
+                               wanted: wanted)
+        }
+        guard found.matched > 0 else { throw ItemStore.nothingFound(corrupt: found.corrupt) }
+        return found.results.first.map(QueryResult.single) ?? .none
+    }
+
+    /// Plans a CopyMatching of a stored class; a search that checks nothing after decryption
+    /// lets SQL stop at the limit.
+    func prepare(_ query: ItemQuery, groups: [String]) -> PreparedSearch {
         var plan = ItemStore.plan(query.itemClass, attributes: query.attributes, groups: groups, query: query, codec: codec)
         let limited = plan.checks.isEmpty && query.limit.maxRows != nil
         if limited { plan.filter.limit = query.limit.maxRows }
         return PreparedSearch(query: query, plan: plan, limitedInSQL: limited, selection: ItemTable.selection(plan.filter))
     }
 
-    /// Whether a search returns a list, which may be long: such answers go in pages.
-    public func answersInPages(_ prepared: PreparedSearch) -> Bool { !prepared.query.limit.returnsSingle }
-
-    /// How many matches the search asks for at most (nil: all).
-    public func wantedMatches(_ prepared: PreparedSearch) -> Int? { prepared.query.limit.maxRows }
-
     /// The selection of the page after `rowid` (built before taking the lock).
-    public func pageSelection(_ prepared: PreparedSearch, after rowid: Int64) -> ItemTable.Selection {
+    func pageSelection(_ prepared: PreparedSearch, after rowid: Int64) -> ItemTable.Selection {
         var filter = prepared.plan.filter
         filter.afterRowID = rowid
         filter.limit = ItemStore.pageRows
         return ItemTable.selection(filter)
     }
 
-    /// Opens, matches and shapes one page, taking at most `wanted` matches.
-    public func finishPage(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?) throws(KeychainError) -> SearchPage {
+    /// Opens, matches and shapes fetched rows, taking at most `wanted` matches: the one finish
+    /// of a page of a list and of a single answer. An altered row is counted, not fatal.
+    func finish(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?) throws(KeychainError) -> SearchPage {
         let query = prepared.query
         let decode = query.returnAttributes || prepared.plan.needsOpening || ItemStore.needsKeyAttributes(query)
         var items: [StoredItem] = []
@@ -90,30 +138,6 @@ public struct SplitReader: Sendable {
         if !items.isEmpty, case .list(let shaped) = try ItemStore.result(for: items, query: query, single: false) { results = shaped }
         return SearchPage(results: results, matched: items.count, corrupt: corrupt, next: done ? nil : fetched.lastRowID)
     }
-
-    /// Opens, matches and shapes the result. nil when altered rows inside a SQL
-    /// limit leave the answer incomplete: run `copyMatching` instead.
-    public func finish(_ prepared: PreparedSearch, _ fetched: FetchedRows) throws(KeychainError) -> QueryResult? {
-        let query = prepared.query
-        let decode = query.returnAttributes || prepared.plan.needsOpening || ItemStore.needsKeyAttributes(query)
-        var items: [StoredItem] = []
-        var corrupt = fetched.corrupt
-        let limit = query.limit.maxRows
-        for (row, key) in fetched.rows {
-            if let limit, items.count >= limit { break }
-            let item: StoredItem
-            do throws(KeychainError) {
-                item = try codec.open(row, classKey: key, withAttributes: decode)
-            } catch where error.status == .decode {
-                corrupt += 1
-                continue
-            }
-            if prepared.plan.matches(item) { items.append(item) }
-        }
-        if prepared.limitedInSQL && corrupt > 0 && items.count < (limit ?? Int.max) { return nil }
-        guard !items.isEmpty else { throw ItemStore.nothingFound(corrupt: corrupt) }
-        return try ItemStore.result(for: items, query: query, single: query.limit.returnsSingle)
-    }
 }
 
 extension ItemStore {
@@ -121,14 +145,14 @@ extension ItemStore {
     public var splitReader: SplitReader { SplitReader(codec: codec) }
 
     /// The candidate rows and their class keys (needs exclusive access). A row of a class whose
-    /// key is not loaded fails the whole call, as in `copyMatching`.
-    public func fetch(_ prepared: PreparedSearch) throws(KeychainError) -> FetchedRows {
-        try fetch(prepared.selection, maxBytes: nil)
+    /// key is not loaded fails the whole call (errSecInteractionNotAllowed, as on iOS).
+    func fetch(_ selection: ItemTable.Selection) throws(KeychainError) -> FetchedRows {
+        try fetch(selection, maxBytes: nil)
     }
 
     /// Rows of one page: at most `pageRows`, and no more once their sealed bytes reach
     /// `pageBytes` (needs exclusive access). Memory per page is so bounded whatever the answer.
-    public func fetchPage(_ selection: ItemTable.Selection) throws(KeychainError) -> FetchedRows {
+    func fetchPage(_ selection: ItemTable.Selection) throws(KeychainError) -> FetchedRows {
         try fetch(selection, maxBytes: Self.pageBytes)
     }
 

@@ -87,8 +87,8 @@ struct StatementCacheTests {
         }
         func rows(limit: Int64) throws -> Int {
             let query: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "m_Limit": .int(limit)]
-            let prepared = try #require(try t.store.splitReader.prepareSearch(query, scope: TemporaryStore.app))
-            return try t.store.fetch(prepared).rows.count
+            let prepared = t.store.splitReader.prepare(try ItemQuery(query, for: .copyMatching), groups: TemporaryStore.app.groups)
+            return try t.store.fetch(prepared.selection).rows.count
         }
         #expect(try rows(limit: 3) == 3)
         #expect(try rows(limit: 1) == 1)
@@ -103,8 +103,8 @@ struct StatementCacheTests {
         for limit in 1...5_000 {
             let query: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "m_Limit": .int(Int64(limit)),
                                               "r_Data": .bool(true)]
-            let prepared = try #require(try t.store.splitReader.prepareSearch(query, scope: TemporaryStore.app))
-            _ = try t.store.splitReader.finish(prepared, try t.store.fetch(prepared))
+            let prepared = t.store.splitReader.prepare(try ItemQuery(query, for: .copyMatching), groups: TemporaryStore.app.groups)
+            _ = try t.store.splitReader.finish(prepared, try t.store.fetch(prepared.selection), wanted: Int(limit))
         }
         let counts = t.store.database.cachedStatementCounts
         #expect(counts.texts <= SQLiteDatabase.statementCacheCapacity)
