@@ -204,20 +204,20 @@ final class RequestHandler {
         case .delete(let dict):
             try store.delete(dict, scope: scope)
         case .keyGenerate(let dict):
-            return Response(result: try store.generateKey(dict, scope: scope))
+            return Response(result: try store.keys.generateKey(dict, scope: scope))
         case .keyPublic(let query):
-            return Response(result: .single(.data(SecretBytes(try store.publicKey(query, scope: scope)))))
+            return Response(result: .single(.data(SecretBytes(try store.keys.publicKey(query, scope: scope)))))
         case .keySign(let query, let parameters):
-            return Response(result: .single(.data(SecretBytes(try store.sign(query, parameters: parameters, scope: scope)))))
+            return Response(result: .single(.data(SecretBytes(try store.keys.sign(query, parameters: parameters, scope: scope)))))
         case .keyVerify(let query, let parameters):
-            let valid = try store.verify(query, parameters: parameters, scope: scope)
+            let valid = try store.keys.verify(query, parameters: parameters, scope: scope)
             return Response(result: .single(.attributes(["valid": .bool(valid)])))
         case .keyAgree(let query, let parameters):
-            return Response(result: .single(.data(try store.agree(query, parameters: parameters, scope: scope))))
+            return Response(result: .single(.data(try store.keys.agree(query, parameters: parameters, scope: scope))))
         case .keyEncrypt(let query, let parameters):
-            return Response(result: .single(.data(SecretBytes(try store.encrypt(query, parameters: parameters, scope: scope)))))
+            return Response(result: .single(.data(SecretBytes(try store.keys.encrypt(query, parameters: parameters, scope: scope)))))
         case .keyDecrypt(let query, let parameters):
-            return Response(result: .single(.data(try store.decrypt(query, parameters: parameters, scope: scope))))
+            return Response(result: .single(.data(try store.keys.decrypt(query, parameters: parameters, scope: scope))))
         case .status:
             return Response(result: .single(.attributes(status(scope, forBridge: policy.isBridge(caller.executable)))))
         case .lock:

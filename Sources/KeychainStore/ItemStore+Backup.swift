@@ -100,7 +100,7 @@ extension ItemStore {
                 try table.forEachRow(of: cls, protection: pdmn) { (row) throws(KeychainError) -> Bool in
                     guard let item = try? codec.open(row, classKey: key, withAttributes: true) else { return true }
                     // Not even sealed under the backup password: such a key exists only here.
-                    if Self.isSealedKey(item) {
+                    if KeyItem.isSealed(item) {
                         sealedKeys += 1
                         return true
                     }
@@ -127,7 +127,7 @@ extension ItemStore {
                 let (cls, given, data) = try Self.backupItem(dict)
                 var attributes = given
                 // A private key is checked as an import is: the key calls trust stored keys.
-                if cls == .key { try fillKeyAttributes(&attributes, data: data) }
+                if cls == .key { try KeyItem.fill(&attributes, data: data) }
                 let pdmn = Protection(rawValue: attributes["pdmn"]!.stringValue!)!
                 var row = codec.seal(cls, attributes: attributes, data: data,
                                      persistentID: PersistentID.make(at: now()), classKey: try classKey(pdmn))

@@ -41,7 +41,7 @@ extension ItemStore {
         attributes["sync"] = attributes["sync"] ?? .int(0)
         attributes["cdat"] = .date(stamp)
         attributes["mdat"] = .date(stamp)
-        if cls == .key { try fillKeyAttributes(&attributes, data: query.data) }
+        if cls == .key { try KeyItem.fill(&attributes, data: query.data) }
         let data = query.data ?? .empty
         let id = PersistentID.make(at: stamp)
         if accountFromID { attributes["acct"] = .string(PersistentID.hex(id)) }
@@ -101,7 +101,7 @@ extension ItemStore {
         guard wanted > 0 else { return single ? .none : .list([]) }
         // A non-extractable key's bytes are never an answer: left out of a dictionary, and a
         // call that asks for nothing but data is refused (docs/keys.md).
-        if wanted == 1 && query.returnData, items.contains(where: isSealedKey) {
+        if wanted == 1 && query.returnData, items.contains(where: KeyItem.isSealed) {
             throw KeychainError(.param, "a matching key is not extractable: its bytes never leave keychaind (ask for r_Attributes, or use the key calls)")
         }
         let results = items.map { item -> ItemResult in
@@ -110,7 +110,7 @@ extension ItemStore {
                 return query.returnData ? .data(item.data) : .persistentRef(ref)
             }
             var dict = query.returnAttributes ? item.attributes : [:]
-            if query.returnData && !isSealedKey(item) { dict["v_Data"] = .data(item.data) }
+            if query.returnData && !KeyItem.isSealed(item) { dict["v_Data"] = .data(item.data) }
             if query.returnPersistentRef { dict["v_PersistentRef"] = .data(ref) }
             return .attributes(dict)
         }
@@ -125,7 +125,7 @@ extension ItemStore {
         let query = try ItemQuery(queryDict, for: .update)
         let groups = try scope.groups(naming: query.accessGroup)
         if query.itemClass == .identity {
-            try updateIdentities(query, changesDict: changesDict, groups: groups, scope: scope)
+            try Identities(store: self).update(query, changesDict: changesDict, groups: groups, scope: scope)
             return
         }
         let changes = try ItemChanges(changesDict, for: query.itemClass)
@@ -152,7 +152,7 @@ extension ItemStore {
     func apply(_ changes: ItemChanges, to items: [StoredItem]) throws(KeychainError) {
         let stamp = now()
         for item in items {
-            try Self.checkKeyChange(item, changes)
+            try KeyItem.checkChange(item, changes)
             var attributes = item.attributes
             if item.itemClass == .certificate {
                 attributes = try Self.updatedCertificate(attributes, changes: changes, currentData: item.data)
@@ -187,7 +187,7 @@ extension ItemStore {
         let query = try ItemQuery(dict, for: .delete)
         let groups = try scope.groups(naming: query.accessGroup)
         if query.itemClass == .identity {
-            try deleteIdentities(query, groups: groups)
+            try Identities(store: self).delete(query, groups: groups)
             return
         }
         let plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)

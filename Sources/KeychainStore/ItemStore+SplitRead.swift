@@ -60,7 +60,7 @@ public struct SplitReader: Sendable {
         let query = try ItemQuery(dict, for: .copyMatching)
         let groups = try scope.groups(naming: query.accessGroup)
         if query.itemClass == .identity {
-            let result = try store.lookup { (store) throws(KeychainError) in try store.identityCopyMatching(query, groups: groups) }
+            let result = try store.lookup { (store) throws(KeychainError) in try Identities(store: store).copyMatching(query, groups: groups) }
             guard case .list(let results) = result else { return result }
             try page(results)
             return .list([])
@@ -121,7 +121,7 @@ public struct SplitReader: Sendable {
     /// of a page of a list and of a single answer. An altered row is counted, not fatal.
     func finish(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?) throws(KeychainError) -> SearchPage {
         let query = prepared.query
-        let decode = query.returnAttributes || prepared.plan.needsOpening || ItemStore.needsKeyAttributes(query)
+        let decode = query.returnAttributes || prepared.plan.needsOpening || KeyItem.needsAttributes(query)
         var items: [StoredItem] = []
         var corrupt = fetched.corrupt
         for (row, key) in fetched.rows {

@@ -249,4 +249,9 @@ public final class ItemStore {
 
     /// Number of item rows, for tests and status.
     public func itemCount() throws(KeychainError) -> Int { try table.count() }
+
+    // MARK: the parts over this store, each for one concern
+
+    /// Keys used inside the daemon: generation and the key calls.
+    public var keys: KeyStore { KeyStore(store: self) }
 }

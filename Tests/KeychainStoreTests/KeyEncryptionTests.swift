@@ -14,17 +14,17 @@ struct KeyEncryptionStoreTests {
                         publicKey: [UInt8]? = nil, scope: AccessScope = TemporaryStore.app) throws -> [UInt8] {
         var parameters: AttributeDictionary = ["algorithm": .string(algorithm.rawValue), "data": .data(SecretBytes(message))]
         if let publicKey { parameters["publicKey"] = .data(SecretBytes(publicKey)) }
-        return try t.store.encrypt(KeyTests.ref(attrs), parameters: parameters, scope: scope)
+        return try t.store.keys.encrypt(KeyTests.ref(attrs), parameters: parameters, scope: scope)
     }
 
     static func decrypt(_ t: TemporaryStore, _ attrs: AttributeDictionary, _ ciphertext: [UInt8],
                         _ algorithm: KeyEncryptionAlgorithm) throws -> SecretBytes {
-        try t.store.decrypt(KeyTests.ref(attrs), parameters: ["algorithm": .string(algorithm.rawValue),
+        try t.store.keys.decrypt(KeyTests.ref(attrs), parameters: ["algorithm": .string(algorithm.rawValue),
                                                                 "data": .data(SecretBytes(ciphertext))], scope: TemporaryStore.app)
     }
 
     static func publicKey(_ t: TemporaryStore, _ attrs: AttributeDictionary) throws -> [UInt8] {
-        try t.store.publicKey(KeyTests.ref(attrs), scope: TemporaryStore.app)
+        try t.store.keys.publicKey(KeyTests.ref(attrs), scope: TemporaryStore.app)
     }
 
     @Test(arguments: KeyEncryptionAlgorithm.allCases)
@@ -61,7 +61,7 @@ struct KeyEncryptionStoreTests {
         expectStatus(.param) { _ = try Self.encrypt(t, ed25519, .sealedBoxX25519XSalsa20Poly1305) }
         expectStatus(.param) { _ = try Self.decrypt(t, ed25519, [UInt8](repeating: 0, count: 100), .sealedBoxX25519XSalsa20Poly1305) }
         expectStatus(.param) {
-            _ = try t.store.encrypt(KeyTests.ref(p256), parameters: ["algorithm": .string("algid:encrypt:RSA:OAEP:SHA256"),
+            _ = try t.store.keys.encrypt(KeyTests.ref(p256), parameters: ["algorithm": .string("algid:encrypt:RSA:OAEP:SHA256"),
                                                                      "data": .data([1])], scope: TemporaryStore.app)
         }
     }
@@ -110,7 +110,7 @@ struct KeyEncryptionStoreTests {
         expectStatus(.itemNotFound) { _ = try Self.encrypt(t, mine, .sealedBoxX25519XSalsa20Poly1305, publicKey: theirPublicKey) }
         let byLabel: AttributeDictionary = ["labl": .string("mine")]
         expectStatus(.itemNotFound) {
-            _ = try t.store.encrypt(byLabel, parameters: ["algorithm": .string(KeyEncryptionAlgorithm.sealedBoxX25519XSalsa20Poly1305.rawValue),
+            _ = try t.store.keys.encrypt(byLabel, parameters: ["algorithm": .string(KeyEncryptionAlgorithm.sealedBoxX25519XSalsa20Poly1305.rawValue),
                                                           "data": .data([1]), "publicKey": .data(SecretBytes(theirPublicKey))],
                                     scope: TemporaryStore.app)
         }

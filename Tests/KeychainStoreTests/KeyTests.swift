@@ -13,7 +13,7 @@ struct KeyTests {
                          scope: AccessScope = TemporaryStore.app) throws -> AttributeDictionary {
         var dict: AttributeDictionary = ["type": .int(type.attributeNumber), "labl": .string(label)]
         dict.merge(extra) { $1 }
-        guard case .single(.attributes(let attrs)) = try t.store.generateKey(dict, scope: scope) else {
+        guard case .single(.attributes(let attrs)) = try t.store.keys.generateKey(dict, scope: scope) else {
             throw KeychainError(.decode, "generation answered no attributes")
         }
         return attrs
@@ -23,7 +23,7 @@ struct KeyTests {
 
     static func sign(_ t: TemporaryStore, _ attrs: AttributeDictionary, _ data: [UInt8], _ algorithm: KeySigningAlgorithm,
                      scope: AccessScope = TemporaryStore.app) throws -> [UInt8] {
-        try t.store.sign(ref(attrs), parameters: ["algorithm": .string(algorithm.rawValue), "data": .data(data)], scope: scope)
+        try t.store.keys.sign(ref(attrs), parameters: ["algorithm": .string(algorithm.rawValue), "data": .data(data)], scope: scope)
     }
 
     /// The bytes the store holds for a key: read the way only a test can, through the store's
@@ -38,7 +38,7 @@ struct KeyTests {
     func generationFillsTheAttributesAppleGivesAPrivateKey(_ type: KeyType) throws {
         let t = try TemporaryStore()
         let attrs = try Self.generate(t, type)
-        let publicKey = try t.store.publicKey(Self.ref(attrs), scope: TemporaryStore.app)
+        let publicKey = try t.store.keys.publicKey(Self.ref(attrs), scope: TemporaryStore.app)
         #expect(publicKey.count == type.publicKeyBytes)
         #expect(attrs["class"] == nil && attrs["v_Data"] == nil)
         #expect(attrs["kcls"] == .int(1))
@@ -64,7 +64,7 @@ struct KeyTests {
     @Test func anEd25519SignatureVerifiesWithLibsodium() throws {
         let t = try TemporaryStore()
         let attrs = try Self.generate(t, .ed25519)
-        let publicKey = try t.store.publicKey(Self.ref(attrs), scope: TemporaryStore.app)
+        let publicKey = try t.store.keys.publicKey(Self.ref(attrs), scope: TemporaryStore.app)
         let message = bytes("a message to sign")
         let signature = try Self.sign(t, attrs, message, .ed25519)
         #expect(signature.count == 64)
@@ -75,7 +75,7 @@ struct KeyTests {
     @Test func aP256SignatureVerifiesWithSwiftCrypto() throws {
         let t = try TemporaryStore()
         let attrs = try Self.generate(t, .p256)
-        let publicKey = try P256.Signing.PublicKey(x963Representation: try t.store.publicKey(Self.ref(attrs), scope: TemporaryStore.app))
+        let publicKey = try P256.Signing.PublicKey(x963Representation: try t.store.keys.publicKey(Self.ref(attrs), scope: TemporaryStore.app))
         let message = bytes("a message to sign")
         let signature = try P256.Signing.ECDSASignature(derRepresentation: try Self.sign(t, attrs, message, .ecdsaMessageX962SHA256))
         #expect(publicKey.isValidSignature(signature, for: message))
@@ -90,7 +90,7 @@ struct KeyTests {
         let message = bytes("m")
         let signature = try Self.sign(t, attrs, message, .ecdsaMessageX962SHA256)
         let verify = { (data: [UInt8]) throws -> Bool in
-            try t.store.verify(Self.ref(attrs), parameters: ["algorithm": .string(KeySigningAlgorithm.ecdsaMessageX962SHA256.rawValue),
+            try t.store.keys.verify(Self.ref(attrs), parameters: ["algorithm": .string(KeySigningAlgorithm.ecdsaMessageX962SHA256.rawValue),
                                                               "data": .data(data), "signature": .data(signature)], scope: TemporaryStore.app)
         }
         #expect(try verify(message))
@@ -101,7 +101,7 @@ struct KeyTests {
     func agreementEqualsThePeersComputation(_ type: KeyType) throws {
         let t = try TemporaryStore()
         let attrs = try Self.generate(t, type)
-        let ours = try t.store.publicKey(Self.ref(attrs), scope: TemporaryStore.app)
+        let ours = try t.store.keys.publicKey(Self.ref(attrs), scope: TemporaryStore.app)
         let peerSecret: [UInt8]
         let peerPublic: [UInt8]
         switch type {
@@ -114,7 +114,7 @@ struct KeyTests {
             peerPublic = Array(peer.publicKey.x963Representation)
             peerSecret = try peer.sharedSecretFromKeyAgreement(with: .init(x963Representation: ours)).withUnsafeBytes { Array($0) }
         }
-        let shared = try t.store.agree(Self.ref(attrs), parameters: ["algorithm": .string(KeyAgreementAlgorithm.standard.rawValue),
+        let shared = try t.store.keys.agree(Self.ref(attrs), parameters: ["algorithm": .string(KeyAgreementAlgorithm.standard.rawValue),
                                                                      "peer": .data(peerPublic)], scope: TemporaryStore.app)
         #expect(Array(shared) == peerSecret)
     }
@@ -122,12 +122,12 @@ struct KeyTests {
     @Test func theX963KDFMatchesSwiftCrypto() throws {
         let t = try TemporaryStore()
         let attrs = try Self.generate(t, .p256)
-        let ours = try t.store.publicKey(Self.ref(attrs), scope: TemporaryStore.app)
+        let ours = try t.store.keys.publicKey(Self.ref(attrs), scope: TemporaryStore.app)
         let peer = P256.KeyAgreement.PrivateKey()
         let info = bytes("context")
         let expected = try peer.sharedSecretFromKeyAgreement(with: .init(x963Representation: ours))
             .x963DerivedSymmetricKey(using: SHA256.self, sharedInfo: info, outputByteCount: 48).withUnsafeBytes { Array($0) }
-        let derived = try t.store.agree(Self.ref(attrs), parameters: [
+        let derived = try t.store.keys.agree(Self.ref(attrs), parameters: [
             "algorithm": .string(KeyAgreementAlgorithm.standardX963SHA256.rawValue), "peer": .data(Array(peer.publicKey.x963Representation)),
             "requestedSize": .int(48), "sharedInfo": .data(info)], scope: TemporaryStore.app)
         #expect(Array(derived) == expected)
@@ -138,7 +138,7 @@ struct KeyTests {
         let attrs = try Self.generate(t, .p256, ["sign": .int(0), "drve": .int(0)])
         expectStatus(.param) { _ = try Self.sign(t, attrs, [1], .ecdsaMessageX962SHA256) }
         expectStatus(.param) {
-            _ = try t.store.agree(Self.ref(attrs), parameters: ["algorithm": .string(KeyAgreementAlgorithm.standard.rawValue),
+            _ = try t.store.keys.agree(Self.ref(attrs), parameters: ["algorithm": .string(KeyAgreementAlgorithm.standard.rawValue),
                                                                 "peer": .data(Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))],
                                   scope: TemporaryStore.app)
         }
@@ -165,7 +165,7 @@ struct KeyTests {
         let attrs = try Self.generate(t, .ed25519)
         let other = AccessScope(groups: ["com.example.other"])
         expectStatus(.itemNotFound) { _ = try Self.sign(t, attrs, [1], .ed25519, scope: other) }
-        expectStatus(.itemNotFound) { _ = try t.store.publicKey(["labl": .string("k")], scope: other) }
+        expectStatus(.itemNotFound) { _ = try t.store.keys.publicKey(["labl": .string("k")], scope: other) }
     }
 
     @Test func aNonExtractableKeysBytesAreInNoCopyMatchingAnswer() throws {
@@ -255,7 +255,7 @@ struct KeyTests {
 
     @Test func generationRefusesAnUnknownTypeAndGivenBytes() throws {
         let t = try TemporaryStore()
-        expectStatus(.param) { _ = try t.store.generateKey(["type": .int(42)], scope: TemporaryStore.app) }
-        expectStatus(.param) { _ = try t.store.generateKey(["type": .int(105), "v_Data": .data([1])], scope: TemporaryStore.app) }
+        expectStatus(.param) { _ = try t.store.keys.generateKey(["type": .int(42)], scope: TemporaryStore.app) }
+        expectStatus(.param) { _ = try t.store.keys.generateKey(["type": .int(105), "v_Data": .data([1])], scope: TemporaryStore.app) }
     }
 }

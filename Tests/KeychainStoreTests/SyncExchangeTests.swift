@@ -34,7 +34,7 @@ struct SyncExchangeTests {
         let cert: AttributeDictionary = ["class": .string("cert"), "sync": .int(1), "v_Data": .data(TestCertificate.p256DER)]
         try p.a.add(inet)
         try p.a.add(cert)
-        _ = try p.a.store.generateKey(["type": .int(KeyType.ed25519.attributeNumber), "labl": .string("k"), "sync": .int(1)],
+        _ = try p.a.store.keys.generateKey(["type": .int(KeyType.ed25519.attributeNumber), "labl": .string("k"), "sync": .int(1)],
                                       scope: scope)
         try p.push(p.a)
         #expect(try p.pull(p.b) == SyncApplyReport(applied: 3))

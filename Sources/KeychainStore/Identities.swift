@@ -10,10 +10,13 @@ struct Identity {
     var key: StoredItem
 }
 
-extension ItemStore {
+/// The identities of one store: found by the join, answered, updated and deleted as pairs.
+struct Identities {
+    let store: ItemStore
+
     /// Attributes an identity query matches against the certificate; all others (agrp, pdmn,
     /// sync and key attributes) match against the key, as in securityd.
-    static let identityCertificateAttributes: Set<String> = [
+    static let certificateAttributes: Set<String> = [
         "labl", "issr", "slnr", "skid", "subj", "ctyp", "cenc", "pkhh", "alis", "spkh",
     ]
 
@@ -21,49 +24,49 @@ extension ItemStore {
         var cert: AttributeDictionary = [:]
         var key: AttributeDictionary = [:]
         for (code, value) in attributes {
-            if Self.identityCertificateAttributes.contains(code) { cert[code] = value } else { key[code] = value }
+            if Self.certificateAttributes.contains(code) { cert[code] = value } else { key[code] = value }
         }
         return (cert, key)
     }
 
-    func findIdentities(_ query: ItemQuery, groups: [String], limit: Int?) throws(KeychainError) -> [Identity] {
+    func find(_ query: ItemQuery, groups: [String], limit: Int?) throws(KeychainError) -> [Identity] {
         let (certAttributes, keyAttributes) = split(query.attributes)
         var certQuery = query
         certQuery.persistentRef = query.persistentRef.map { PersistentRef(itemClass: .certificate, id: $0.id) }
-        let certPlan = plan(.certificate, attributes: certAttributes, groups: groups, query: certQuery)
-        let (certificates, certCorrupt) = try find(certPlan, limit: nil, withAttributes: true)
+        let certPlan = store.plan(.certificate, attributes: certAttributes, groups: groups, query: certQuery)
+        let (certificates, certCorrupt) = try store.find(certPlan, limit: nil, withAttributes: true)
         var keyQuery = query
         keyQuery.persistentRef = nil
         var found: [Identity] = []
         var corrupt = certCorrupt
         for certificate in certificates {
             guard let keyID = certificate.row.hashes["pkhh"] else { continue }
-            var keyPlan = plan(.key, attributes: keyAttributes, groups: groups, query: keyQuery)
+            var keyPlan = store.plan(.key, attributes: keyAttributes, groups: groups, query: keyQuery)
             keyPlan.filter.hashes.append(("klbl", keyID))
             keyPlan.checks.append((ClassSchema.key.spec("priv")!, .int(1)))
-            let (keys, keyCorrupt) = try find(keyPlan, limit: 1, withAttributes: true)
+            let (keys, keyCorrupt) = try store.find(keyPlan, limit: 1, withAttributes: true)
             corrupt += keyCorrupt
             if let key = keys.first { found.append(Identity(certificate: certificate, key: key)) }
             if let limit, found.count >= limit { break }
         }
-        guard !found.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
+        guard !found.isEmpty else { throw ItemStore.nothingFound(corrupt: corrupt) }
         return found
     }
 
     /// CopyMatching of class idnt: the join and its result, in one hold of the store.
-    func identityCopyMatching(_ query: ItemQuery, groups: [String]) throws(KeychainError) -> QueryResult {
-        try identityResult(try findIdentities(query, groups: groups, limit: query.limit.maxRows), query: query)
+    func copyMatching(_ query: ItemQuery, groups: [String]) throws(KeychainError) -> QueryResult {
+        try result(try find(query, groups: groups, limit: query.limit.maxRows), query: query)
     }
 
     /// Key attributes overlaid by the certificate's; v_Data is the key, certdata the certificate.
-    func identityResult(_ identities: [Identity], query: ItemQuery) throws(KeychainError) -> QueryResult {
+    func result(_ identities: [Identity], query: ItemQuery) throws(KeychainError) -> QueryResult {
         if query.returnRef {
             throw KeychainError(.unimplemented, "r_Ref: identity references do not cross the socket; ask for r_Attributes and r_Data")
         }
         let wanted = [query.returnData, query.returnAttributes, query.returnPersistentRef].filter { $0 }.count
         let single = query.limit.returnsSingle
         guard wanted > 0 else { return single ? .none : .list([]) }
-        if wanted == 1 && query.returnData, identities.contains(where: { Self.isSealedKey($0.key) }) {
+        if wanted == 1 && query.returnData, identities.contains(where: { KeyItem.isSealed($0.key) }) {
             throw KeychainError(.param, "a matching identity's key is not extractable: its bytes never leave keychaind")
         }
         let results = identities.map { identity -> ItemResult in
@@ -76,7 +79,7 @@ extension ItemStore {
                 dict = identity.key.attributes.merging(identity.certificate.attributes) { _, cert in cert }
                 dict["certdata"] = .data(identity.certificate.data)
             }
-            if query.returnData && !Self.isSealedKey(identity.key) { dict["v_Data"] = .data(identity.key.data) }
+            if query.returnData && !KeyItem.isSealed(identity.key) { dict["v_Data"] = .data(identity.key.data) }
             if query.returnPersistentRef { dict["v_PersistentRef"] = .data(ref) }
             return .attributes(dict)
         }
@@ -84,24 +87,24 @@ extension ItemStore {
     }
 
     /// Deletes the certificates and the private keys of every matching identity.
-    func deleteIdentities(_ query: ItemQuery, groups: [String]) throws(KeychainError) {
-        try database.transaction { () throws(KeychainError) in
-            let identities = try findIdentities(query, groups: groups, limit: nil)
+    func delete(_ query: ItemQuery, groups: [String]) throws(KeychainError) {
+        try store.database.transaction { () throws(KeychainError) in
+            let identities = try find(query, groups: groups, limit: nil)
             var rows: [Int64: ItemRow] = [:]
             for identity in identities {
                 rows[identity.certificate.row.rowid] = identity.certificate.row
                 rows[identity.key.row.rowid] = identity.key.row
             }
             for (id, row) in rows.sorted(by: { $0.key < $1.key }) {
-                try queueSync(deleting: row)
-                try table.delete(rowid: id)
+                try store.queueSync(deleting: row)
+                try store.table.delete(rowid: id)
             }
         }
     }
 
     /// Applies certificate attributes to the certificates, key attributes and v_Data to the
     /// keys, and agrp/pdmn/sync to both, in one transaction.
-    func updateIdentities(_ query: ItemQuery, changesDict: AttributeDictionary, groups: [String], scope: AccessScope) throws(KeychainError) {
+    func update(_ query: ItemQuery, changesDict: AttributeDictionary, groups: [String], scope: AccessScope) throws(KeychainError) {
         let all = try ItemChanges(changesDict, for: .identity)
         var certChanges = ItemChanges()
         var keyChanges = ItemChanges(data: all.data)
@@ -109,17 +112,17 @@ extension ItemStore {
             if ["agrp", "pdmn", "sync"].contains(code) {
                 certChanges.attributes[code] = value
                 keyChanges.attributes[code] = value
-            } else if Self.identityCertificateAttributes.contains(code) {
+            } else if Self.certificateAttributes.contains(code) {
                 certChanges.attributes[code] = value
             } else {
                 keyChanges.attributes[code] = value
             }
         }
-        try checkChanges(all, scope: scope)
-        try database.transaction { () throws(KeychainError) in
-            let identities = try findIdentities(query, groups: groups, limit: nil)
-            if !certChanges.isEmpty { try apply(certChanges, to: identities.map(\.certificate)) }
-            if !keyChanges.isEmpty { try apply(keyChanges, to: uniqueKeys(identities)) }
+        try store.checkChanges(all, scope: scope)
+        try store.database.transaction { () throws(KeychainError) in
+            let identities = try find(query, groups: groups, limit: nil)
+            if !certChanges.isEmpty { try store.apply(certChanges, to: identities.map(\.certificate)) }
+            if !keyChanges.isEmpty { try store.apply(keyChanges, to: uniqueKeys(identities)) }
         }
     }
 

@@ -1,0 +1,197 @@
+import KeychainCrypto
+import KeychainModel
+import KeychainStorage
+
+/// Keys that live in the daemon (docs/keys.md): generated or imported as `keys` items (see
+/// `KeyItem`), and used through the key calls (sign, verify, agree, encrypt, decrypt) without
+/// their bytes ever leaving the daemon when they are not extractable.
+public struct KeyStore {
+    let store: ItemStore
+
+    /// Generates a private key of the `type` the attributes name and stores it like an import.
+    /// Returns the stored item's attributes with its v_PersistentRef.
+    public func generateKey(_ dict: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> QueryResult {
+        for key in dict.keys where key == "v_Data" || key.hasPrefix("r_") || key == "v_PersistentRef" {
+            throw KeychainError(.param, "\(key) has no place in a key generation: the daemon makes the key and answers with its attributes")
+        }
+        var item = dict
+        item["class"] = .string(ItemClass.key.rawValue)
+        if let given = item["kcls"], given != .int(KeyItem.privateKeyClass), given != .string("1") {
+            throw KeychainError(.param, "a generated key is a private key (kcls 1)")
+        }
+        item["kcls"] = .int(KeyItem.privateKeyClass)
+        let type = try KeyItem.keyType(named: item["type"])
+        let key = PrivateKey.generate(type)
+        item["v_Data"] = .data(key.bytes)
+        item["r_Attributes"] = .bool(true)
+        item["r_PersistentRef"] = .bool(true)
+        return try store.add(item, scope: scope)
+    }
+
+    // MARK: the key calls
+
+    /// The private key the query names (the first match, as CopyMatching's default limit),
+    /// within the caller's groups, with `usage` (sign, drve, decr) on. errSecItemNotFound when
+    /// none matches; errSecInteractionNotAllowed while its class key is locked; errSecParam
+    /// when the flag is off or the item is not a key keychaind can use.
+    public func privateKey(_ dict: AttributeDictionary, usage: String?, scope: AccessScope) throws(KeychainError) -> PrivateKey {
+        var query = dict
+        query["class"] = .string(ItemClass.key.rawValue)
+        // A persistent reference names one item and may not be joined by attributes.
+        if query["v_PersistentRef"] == nil { query["kcls"] = .int(KeyItem.privateKeyClass) }
+        let parsed = try ItemQuery(query, for: .copyMatching)
+        let groups = try scope.groups(naming: parsed.accessGroup)
+        let plan = store.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
+        let (items, corrupt) = try store.find(plan, limit: 1, withAttributes: true)
+        guard let item = items.first else { throw ItemStore.nothingFound(corrupt: corrupt) }
+        guard item.attributes["kcls"] == .int(KeyItem.privateKeyClass) else {
+            throw KeychainError(.param, "the item is not a private key (kcls 1)")
+        }
+        let type = try KeyItem.keyType(named: item.attributes["type"])
+        if let usage, item.attributes[usage] != .int(1) {
+            throw KeychainError(.param, "the key's \(KeyItem.usageName[usage] ?? usage) is off: algorithm not supported by the key")
+        }
+        return try PrivateKey(stored: item.data, type: type)
+    }
+
+    public func publicKey(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
+        try privateKey(query, usage: nil, scope: scope).publicKey
+    }
+
+    /// Needs the key's sign flag.
+    public func sign(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
+        let call = KeyCallParameters(parameters)
+        let algorithm = try call.signingAlgorithm()
+        let data = try call.bytes("data")
+        return try privateKey(query, usage: "sign", scope: scope).sign(data, algorithm: algorithm)
+    }
+
+    /// Needs no flag: verification uses only the public key, which anyone may have.
+    public func verify(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> Bool {
+        let call = KeyCallParameters(parameters)
+        let algorithm = try call.signingAlgorithm()
+        let data = try call.bytes("data")
+        let signature = try call.bytes("signature")
+        let key = try privateKey(query, usage: nil, scope: scope)
+        return try PublicKeyVerifier.verify(signature, of: data, publicKey: key.publicKey, type: key.type, algorithm: algorithm)
+    }
+
+    /// Needs the key's drve flag.
+    public func agree(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> SecretBytes {
+        let call = KeyCallParameters(parameters)
+        guard case .string(let name)? = parameters["algorithm"], let algorithm = KeyAgreementAlgorithm(rawValue: name) else {
+            throw KeychainError(.param, "algorithm must be one of \(KeyAgreementAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        let peer = try call.bytes("peer")
+        var size: Int?
+        if let value = parameters["requestedSize"] {
+            guard case .int(let n) = value, n > 0, n <= 1 << 16 else { throw KeychainError(.param, "requestedSize must be a number of bytes from 1 to 65536") }
+            size = Int(n)
+        }
+        let sharedInfo = parameters["sharedInfo"] == nil ? [] : try call.bytes("sharedInfo")
+        return try privateKey(query, usage: "drve", scope: scope)
+            .agree(with: peer, algorithm: algorithm, requestedSize: size, sharedInfo: sharedInfo)
+    }
+
+
+    // MARK: encryption (docs/keys.md, Encryption; docs/protocol.md, ops 29 and 30)
+
+    /// Encrypts `data` to the public half of the key the query finds. Needs no usage flag (Apple
+    /// puts kSecAttrCanEncrypt on the public key, which anyone holding it may use). With a
+    /// `publicKey` parameter the class key is not needed either: the key must only be visible
+    /// to the caller, which its row's columns tell (klbl is the public key's SHA-1), so a
+    /// when-unlocked key can still be encrypted to while the keychain is locked.
+    public func encrypt(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
+        let call = KeyCallParameters(parameters)
+        let algorithm = try call.encryptionAlgorithm()
+        let plaintext = try call.secret("data")
+        if parameters["publicKey"] != nil {
+            let publicKey = try call.bytes("publicKey")
+            guard publicKey.count == algorithm.keyType.publicKeyBytes else {
+                throw KeychainError(.param, "\(algorithm.rawValue) needs a \(algorithm.keyType.rawValue) public key of \(algorithm.keyType.publicKeyBytes) bytes, not \(publicKey.count)")
+            }
+            try requireVisibleKey(query, publicKey: publicKey, type: algorithm.keyType, scope: scope)
+            return try PublicKeyEncryptor.encrypt(plaintext, to: publicKey, type: algorithm.keyType, algorithm: algorithm)
+        }
+        let key = try privateKey(query, usage: nil, scope: scope)
+        return try PublicKeyEncryptor.encrypt(plaintext, to: key.publicKey, type: key.type, algorithm: algorithm)
+    }
+
+    /// Decrypts with the private key the query finds: needs its decr flag and its class key.
+    /// Every failed decryption (wrong key, altered or truncated ciphertext) is errSecParam.
+    public func decrypt(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> SecretBytes {
+        let call = KeyCallParameters(parameters)
+        let algorithm = try call.encryptionAlgorithm()
+        let ciphertext = try call.bytes("data")
+        return try privateKey(query, usage: "decr", scope: scope).decrypt(ciphertext, algorithm: algorithm)
+    }
+
+    /// errSecItemNotFound unless the query finds, in the caller's groups, a private key of
+    /// `type` whose public key is `publicKey`. Only the rows' column hashes are read when the
+    /// query names columns alone; other attributes need the items opened (and their class key).
+    private func requireVisibleKey(_ dict: AttributeDictionary, publicKey: [UInt8], type: KeyType, scope: AccessScope) throws(KeychainError) {
+        var queryDict = dict
+        queryDict["class"] = .string(ItemClass.key.rawValue)
+        let parsed = try ItemQuery(queryDict, for: .copyMatching)
+        let groups = try scope.groups(naming: parsed.accessGroup)
+        var plan = store.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
+        let schema = ClassSchema.key
+        // Added to the filter rather than the query: a persistent reference may not be joined
+        // by attributes in a query, but the row it names must still be this key.
+        plan.filter.hashes.append(("kcls", store.codec.hash(schema.spec("kcls")!, .int(KeyItem.privateKeyClass))))
+        plan.filter.hashes.append(("klbl", store.codec.hash(schema.spec("klbl")!, .data(SecretBytes(PrivateKey.applicationLabel(of: publicKey))))))
+        // The type is checked on the match, not filtered on: a key of another type is
+        // errSecParam ("algorithm not supported by the key"), as when the key is opened.
+        let typeHash = store.codec.hash(schema.spec("type")!, .int(type.attributeNumber))
+        var found: ItemRow?
+        if plan.needsOpening {
+            let (items, corrupt) = try store.find(plan, limit: 1, withAttributes: true)
+            guard let item = items.first else { throw ItemStore.nothingFound(corrupt: corrupt) }
+            found = item.row
+        } else {
+            try store.table.forEach(plan.filter) { row in
+                found = row
+                return false
+            }
+        }
+        guard let row = found else { throw KeychainError(.itemNotFound, "no private key with this public key matches the query") }
+        guard row.hashes["type"] == typeHash else {
+            throw KeychainError(.param, "algorithm not supported by the key: it is not a \(type.rawValue) key")
+        }
+    }
+}
+
+/// The parameters dictionary of a key call (docs/protocol.md): named values, checked here.
+struct KeyCallParameters {
+    let values: AttributeDictionary
+
+    init(_ values: AttributeDictionary) { self.values = values }
+
+    func signingAlgorithm() throws(KeychainError) -> KeySigningAlgorithm {
+        guard case .string(let name)? = values["algorithm"], let algorithm = KeySigningAlgorithm(rawValue: name) else {
+            throw KeychainError(.param, "algorithm must be one of \(KeySigningAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return algorithm
+    }
+
+    /// A data parameter; data that is not secret (messages, signatures, public keys).
+    func bytes(_ name: String) throws(KeychainError) -> [UInt8] {
+        guard case .data(let d)? = values[name] else { throw KeychainError(.param, "the call needs \(name) as data") }
+        return Array(d)
+    }
+}
+
+extension KeyCallParameters {
+    public func encryptionAlgorithm() throws(KeychainError) -> KeyEncryptionAlgorithm {
+        guard case .string(let name)? = values["algorithm"], let algorithm = KeyEncryptionAlgorithm(rawValue: name) else {
+            throw KeychainError(.param, "algorithm must be one of \(KeyEncryptionAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return algorithm
+    }
+
+    /// A data parameter that may be secret (a plaintext): kept in wiped memory.
+    public func secret(_ name: String) throws(KeychainError) -> SecretBytes {
+        guard case .data(let d)? = values[name] else { throw KeychainError(.param, "the call needs \(name) as data") }
+        return d
+    }
+}
