@@ -141,7 +141,7 @@ final class RequestHandler {
             try ItemStore.checkBackupPassword(password)
             // Exported under the lock (one consistent view, and the keys it needs are loaded);
             // encoded and sealed without it.
-            return .backup(try store.backupContents(), password: password)
+            return .backup(try store.backupExporter.contents(), password: password)
         case .restoreCommit(let session, let password, let policy):
             return .restore(file: try transfers.take(session), password: password, onConflict: policy)
         default:
@@ -183,7 +183,7 @@ final class RequestHandler {
                 throw KeychainError(.internal, "a restore derived no items")
             }
             let header = backup.header
-            let summary = try store.restore(backup, onConflict: onConflict)
+            let summary = try store.restorer.restore(backup, onConflict: onConflict)
             log("restore for \(caller): \(summary.restored) restored, \(summary.skipped) skipped, \(summary.replaced) replaced")
             return Response(result: .single(.attributes([
                 "restored": .int(Int64(summary.restored)), "skipped": .int(Int64(summary.skipped)),

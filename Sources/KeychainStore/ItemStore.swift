@@ -254,4 +254,10 @@ public final class ItemStore {
 
     /// Keys used inside the daemon: generation and the key calls.
     public var keys: KeyStore { KeyStore(store: self) }
+
+    /// What a backup takes out of this store.
+    public var backupExporter: BackupExporter { BackupExporter(store: self) }
+
+    /// What a restore puts in.
+    public var restorer: Restorer { Restorer(store: self) }
 }

@@ -192,7 +192,7 @@ struct KeyTests {
         let t = try TemporaryStore()
         _ = try Self.generate(t, .ed25519, label: "sealed")
         _ = try Self.generate(t, .ed25519, label: "open", ["extr": .int(1)])
-        let (items, excluded, sealedKeys) = try t.store.exportMigratableItems()
+        let (items, excluded, sealedKeys) = try t.store.backupExporter.migratableItems()
         #expect(items.map { $0["labl"] } == [.string("open")])
         #expect(excluded == 1 && sealedKeys == 1)
     }
@@ -249,7 +249,7 @@ struct KeyTests {
         let item: AttributeDictionary = ["class": .string("keys"), "kcls": .int(1), "type": .int(105), "v_Data": .data([1, 2, 3]),
                                          "agrp": .string("com.example.app"), "pdmn": .string("ak"), "sync": .int(0),
                                          "cdat": .date(1), "mdat": .date(1)]
-        expectStatus(.param) { _ = try t.store.importItems([item], onConflict: .fail) }
+        expectStatus(.param) { _ = try t.store.restorer.importItems([item], onConflict: .fail) }
         #expect(try t.count(["class": .string("keys")]) == 0)
     }
 

@@ -201,15 +201,15 @@ struct SecretServiceStoreTests {
     @Test func aBackupCarriesTheAttributesAndARestoreRebuildsTheIndex() throws {
         let t = try TemporaryStore()
         try add(t, ["user": "alice"], secret: "a")
-        let exported = try t.store.exportMigratableItems().items
+        let exported = try t.store.backupExporter.migratableItems().items
         let target = try TemporaryStore()
-        #expect(try target.store.importItems(exported, onConflict: .fail).restored == 1)
+        #expect(try target.store.restorer.importItems(exported, onConflict: .fail).restored == 1)
         let found = try search(target, ["user": "alice"])
         #expect(found.count == 1)
         #expect(try target.secret(["v_PersistentRef": .data(found[0])]) == bytes("a"))
         var bad = exported[0]
         bad["xsat"] = .data([9, 9])
-        expectStatus(.decode) { _ = try TemporaryStore().store.importItems([bad], onConflict: .fail) }
+        expectStatus(.decode) { _ = try TemporaryStore().store.restorer.importItems([bad], onConflict: .fail) }
     }
 
     // MARK: portal

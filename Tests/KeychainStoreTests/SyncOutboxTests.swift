@@ -223,20 +223,20 @@ struct SyncOutboxTests {
         let source = try TemporaryStore()
         try source.add(genp("s", "a", Self.synced))
         try source.add(genp("s", "b"))
-        let exported = try source.store.exportMigratableItems().items
+        let exported = try source.store.backupExporter.migratableItems().items
         let t = try TemporaryStore()
-        #expect(try t.store.importItems(exported, onConflict: .fail).restored == 2)
+        #expect(try t.store.restorer.importItems(exported, onConflict: .fail).restored == 2)
         #expect(try entries(t).map(\.change) == [.version(item: try rowid(t, genp("s", "a")))])
     }
 
     @Test func aRestoreReplacingASyncedItemIsItsNextVersionNotADelete() throws {
         let source = try TemporaryStore()
         try source.add(genp("s", "a", Self.synced.merging(["v_Data": .data([2])]) { $1 }))
-        let exported = try source.store.exportMigratableItems().items
+        let exported = try source.store.backupExporter.migratableItems().items
         let t = try TemporaryStore()
         try t.add(genp("s", "a", Self.synced.merging(["v_Data": .data([1])]) { $1 }))
         try markSynced(t, genp("s", "a"))
-        #expect(try t.store.importItems(exported, onConflict: .replace).replaced == 1)
+        #expect(try t.store.restorer.importItems(exported, onConflict: .replace).replaced == 1)
         #expect(try tombstones(t).isEmpty)
         #expect(try entries(t).count == 1)
         // It inherits the record's stamp, so deleting it now does tell the circle.

@@ -50,7 +50,7 @@ public struct SealedBackup: Sendable {
     public let note: String
 }
 
-/// A backup file opened with its password and checked, ready for `ItemStore.restore`.
+/// A backup file opened with its password and checked, ready for `Restorer.restore`.
 public struct OpenedBackup: Sendable {
     let items: [AttributeDictionary]
     public let header: BackupFile.Header
@@ -68,17 +68,16 @@ public struct OpenedBackup: Sendable {
     }
 }
 
-extension ItemStore {
+/// What leaves the device in a backup: every item of a migratable class, read under the
+/// store's lock and sealed without it.
+public struct BackupExporter {
+    let store: ItemStore
+
     /// What a backup of this keychain holds now: every item that may leave the device. Needs
     /// the keychain unlocked.
-    public func backupContents() throws(KeychainError) -> BackupContents {
-        let (items, excluded, sealedKeys) = try exportMigratableItems()
-        return BackupContents(items: items, excluded: excluded, sealedKeys: sealedKeys, parameters: configuration.argon2)
-    }
-
-    /// Adds a backup's items, all or none (see `importItems`).
-    public func restore(_ backup: OpenedBackup, onConflict: ConflictPolicy) throws(KeychainError) -> RestoreSummary {
-        try importItems(backup.items, onConflict: onConflict)
+    public func contents() throws(KeychainError) -> BackupContents {
+        let (items, excluded, sealedKeys) = try migratableItems()
+        return BackupContents(items: items, excluded: excluded, sealedKeys: sealedKeys, parameters: store.configuration.argon2)
     }
 
     /// The protection classes whose items may leave this device.
@@ -88,17 +87,17 @@ extension ItemStore {
     /// attribute (group, protection class and dates included) and `v_Data`; and how many
     /// ThisDeviceOnly items and non-extractable keys were left out (the latter also counted on
     /// their own). Needs the keychain unlocked; altered rows are left out too (they cannot be read).
-    public func exportMigratableItems() throws(KeychainError) -> (items: [AttributeDictionary], excluded: Int, sealedKeys: Int) {
-        for pdmn in Self.migratable where !isAvailable(pdmn) {
+    public func migratableItems() throws(KeychainError) -> (items: [AttributeDictionary], excluded: Int, sealedKeys: Int) {
+        for pdmn in Self.migratable where !store.isAvailable(pdmn) {
             throw KeychainError(.interactionNotAllowed, "the keychain is locked: unlock it before a backup")
         }
         var items: [AttributeDictionary] = []
         var sealedKeys = 0
         for cls in ItemClass.stored {
             for pdmn in Self.migratable {
-                let key = try classKey(pdmn)
-                try table.forEachRow(of: cls, protection: pdmn) { (row) throws(KeychainError) -> Bool in
-                    guard let item = try? codec.open(row, classKey: key, withAttributes: true) else { return true }
+                let key = try store.classKey(pdmn)
+                try store.table.forEachRow(of: cls, protection: pdmn) { (row) throws(KeychainError) -> Bool in
+                    guard let item = try? store.codec.open(row, classKey: key, withAttributes: true) else { return true }
                     // Not even sealed under the backup password: such a key exists only here.
                     if KeyItem.isSealed(item) {
                         sealedKeys += 1
@@ -112,28 +111,38 @@ extension ItemStore {
                 }
             }
         }
-        let counts = try table.countByProtection()
+        let counts = try store.table.countByProtection()
         let excluded = Protection.allCases.filter(\.isThisDeviceOnly).reduce(0) { $0 + (counts[$1.rawValue] ?? 0) }
         return (items, excluded + sealedKeys, sealedKeys)
+    }
+}
+
+/// A backup's items added to the store, all or none.
+public struct Restorer {
+    let store: ItemStore
+
+    /// Adds a backup's items, all or none (see `importItems`).
+    public func restore(_ backup: OpenedBackup, onConflict: ConflictPolicy) throws(KeychainError) -> RestoreSummary {
+        try importItems(backup.items, onConflict: onConflict)
     }
 
     /// Adds the items of a backup, sealed under this device's class keys, in one transaction:
     /// all of them or, on any error (or any conflict under `.fail`), none.
     public func importItems(_ items: [AttributeDictionary], onConflict: ConflictPolicy) throws(KeychainError) -> RestoreSummary {
-        try database.transaction { () throws(KeychainError) -> RestoreSummary in
+        try store.database.transaction { () throws(KeychainError) -> RestoreSummary in
             var summary = RestoreSummary()
             var conflicts = 0
             for dict in items {
-                let (cls, given, data) = try Self.backupItem(dict)
+                let (cls, given, data) = try Self.item(dict)
                 var attributes = given
                 // A private key is checked as an import is: the key calls trust stored keys.
                 if cls == .key { try KeyItem.fill(&attributes, data: data) }
                 let pdmn = Protection(rawValue: attributes["pdmn"]!.stringValue!)!
-                var row = codec.seal(cls, attributes: attributes, data: data,
-                                     persistentID: PersistentID.make(at: now()), classKey: try classKey(pdmn))
+                var row = store.codec.seal(cls, attributes: attributes, data: data,
+                                           persistentID: PersistentID.make(at: store.now()), classKey: try store.classKey(pdmn))
                 do throws(KeychainError) {
-                    row.rowid = try table.insert(row)
-                    try queueSync(inserted: row)
+                    row.rowid = try store.table.insert(row)
+                    try store.queueSync(inserted: row)
                     summary.restored += 1
                 } catch where error.status == .duplicateItem {
                     conflicts += 1
@@ -143,12 +152,12 @@ extension ItemStore {
                     case .replace:
                         // The same primary key is the same sync record: the restored item is
                         // its next version, not a delete and an add, so it inherits the stamp.
-                        if let holder = try table.primaryKeyHolder(of: row) {
+                        if let holder = try store.table.primaryKeyHolder(of: row) {
                             row.syncStamp = holder.syncStamp
-                            try table.delete(rowid: holder.rowid)
+                            try store.table.delete(rowid: holder.rowid)
                         }
-                        row.rowid = try table.insert(row)
-                        try queueSync(inserted: row)
+                        row.rowid = try store.table.insert(row)
+                        try store.queueSync(inserted: row)
                         summary.replaced += 1
                     }
                 }
@@ -162,7 +171,7 @@ extension ItemStore {
 
     /// Checks one backup item: a stored class, a migratable protection class, the common
     /// attributes present, and every attribute one the class has.
-    static func backupItem(_ dict: AttributeDictionary) throws(KeychainError) -> (ItemClass, AttributeDictionary, SecretBytes) {
+    static func item(_ dict: AttributeDictionary) throws(KeychainError) -> (ItemClass, AttributeDictionary, SecretBytes) {
         guard case .string(let code)? = dict["class"], let cls = ItemClass(rawValue: code), let schema = ClassSchema.of(cls) else {
             throw KeychainError(.decode, "a backup item has no valid class")
         }
@@ -170,7 +179,7 @@ extension ItemStore {
         var attributes = dict
         attributes["class"] = nil
         attributes["v_Data"] = nil
-        guard case .string(let p)? = attributes["pdmn"], let pdmn = Protection(rawValue: p), migratable.contains(pdmn),
+        guard case .string(let p)? = attributes["pdmn"], let pdmn = Protection(rawValue: p), BackupExporter.migratable.contains(pdmn),
               case .string(let agrp)? = attributes["agrp"], !agrp.isEmpty,
               case .int? = attributes["sync"], case .date? = attributes["cdat"], case .date? = attributes["mdat"] else {
             throw KeychainError(.decode, "a backup item lacks its group, protection class or dates")
