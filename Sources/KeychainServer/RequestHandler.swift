@@ -235,12 +235,12 @@ final class RequestHandler {
         case .restoreWrite(let session, let offset, let bytes):
             try transfers.write(session, offset: offset, bytes: bytes)
         case .attributeSearch(let collection, let exact, let pairs):
-            let rows = try store.attributeSearch(collection: collection, exact: exact, pairs: pairs, scope: scope)
+            let rows = try store.attributeIndex.search(collection: collection, exact: exact, pairs: pairs, scope: scope)
             return Response(result: .list(rows.map(ItemResult.attributes)))
         case .attributeAdd(let dict, let replace):
-            return Response(result: .single(.attributes(try store.attributeAdd(dict, replace: replace, scope: scope))))
+            return Response(result: .single(.attributes(try store.attributeIndex.add(dict, replace: replace, scope: scope))))
         case .portalSecret(let appID):
-            return Response(result: .single(.data(try store.portalSecret(appID: appID))))
+            return Response(result: .single(.data(try store.portalSecrets.secret(appID: appID))))
         case .asCaller:
             throw KeychainError(.internal, "asCaller reached the store: the server unwraps it")
         case .setPasscode, .changePasscode, .removePasscode, .backupBegin, .restoreCommit:

@@ -260,4 +260,10 @@ public final class ItemStore {
 
     /// What a restore puts in.
     public var restorer: Restorer { Restorer(store: self) }
+
+    /// The Secret Service bridge's items, by their D-Bus attributes.
+    public var attributeIndex: AttributeIndex { AttributeIndex(store: self) }
+
+    /// The desktop portal's per-app secrets.
+    public var portalSecrets: PortalSecrets { PortalSecrets(store: self) }
 }

@@ -20,7 +20,7 @@ struct SecretServiceStoreTests {
     @discardableResult
     func add(_ t: TemporaryStore, _ pairs: [String: String], secret: String = "s", replace: Bool = false,
              pdmn: String = "ck") throws -> (ref: [UInt8], replaced: Bool) {
-        let r = try t.store.attributeAdd(try item(pairs, secret: secret, pdmn: pdmn), replace: replace, scope: TemporaryStore.app)
+        let r = try t.store.attributeIndex.add(try item(pairs, secret: secret, pdmn: pdmn), replace: replace, scope: TemporaryStore.app)
         guard case .data(let ref)? = r["v_PersistentRef"], case .bool(let replaced)? = r["replaced"] else {
             Issue.record("attributeAdd answered \(r)")
             return ([], false)
@@ -30,7 +30,7 @@ struct SecretServiceStoreTests {
 
     func search(_ t: TemporaryStore, _ pairs: [String: String], exact: Bool = false,
                 scope: AccessScope = TemporaryStore.app) throws -> [[UInt8]] {
-        try t.store.attributeSearch(collection: Self.login, exact: exact, pairs: try SecretServiceAttributes(pairs), scope: scope)
+        try t.store.attributeIndex.search(collection: Self.login, exact: exact, pairs: try SecretServiceAttributes(pairs), scope: scope)
             .compactMap { if case .data(let d)? = $0["v_PersistentRef"] { Array(d) } else { nil } }
     }
 
@@ -125,7 +125,7 @@ struct SecretServiceStoreTests {
         let t = try TemporaryStore()
         let a = try add(t, ["xdg:schema": "s", "user": "alice", "server": "x"])
         let b = try add(t, ["xdg:schema": "s", "user": "bob"])
-        _ = try t.store.attributeAdd(try item(["xdg:schema": "s"], collection: "other"), replace: false, scope: TemporaryStore.app)
+        _ = try t.store.attributeIndex.add(try item(["xdg:schema": "s"], collection: "other"), replace: false, scope: TemporaryStore.app)
         #expect(Set(try search(t, ["xdg:schema": "s"])) == [a.ref, b.ref])
         #expect(try search(t, ["xdg:schema": "s", "user": "alice"]) == [a.ref])
         #expect(try search(t, ["user": "alice", "server": "y"]).isEmpty)
@@ -148,7 +148,7 @@ struct SecretServiceStoreTests {
         try t.store.setPasscode(bytes("1234"))
         let a = try add(t, ["k": "v"], pdmn: "ak")
         t.store.lock()
-        let rows = try t.store.attributeSearch(collection: Self.login, exact: false, pairs: try SecretServiceAttributes(["k": "v"]),
+        let rows = try t.store.attributeIndex.search(collection: Self.login, exact: false, pairs: try SecretServiceAttributes(["k": "v"]),
                                                scope: TemporaryStore.app)
         #expect(rows.count == 1 && rows.first?["locked"] == .bool(true) && rows.first?["v_PersistentRef"] == .data(a.ref))
         expectStatus(.interactionNotAllowed) { try add(t, ["k": "v"], replace: true, pdmn: "ak") }
@@ -187,13 +187,13 @@ struct SecretServiceStoreTests {
         let t = try TemporaryStore()
         var d = try item(["k": "v"])
         d["acct"] = .string("mine")
-        expectStatus(.param) { _ = try t.store.attributeAdd(d, replace: false, scope: TemporaryStore.app) }
+        expectStatus(.param) { _ = try t.store.attributeIndex.add(d, replace: false, scope: TemporaryStore.app) }
         d = try item(["k": "v"])
         d["svce"] = .string("not-secret-service")
-        expectStatus(.param) { _ = try t.store.attributeAdd(d, replace: false, scope: TemporaryStore.app) }
+        expectStatus(.param) { _ = try t.store.attributeIndex.add(d, replace: false, scope: TemporaryStore.app) }
         d = try item(["k": "v"])
         d["xsat"] = nil
-        expectStatus(.param) { _ = try t.store.attributeAdd(d, replace: false, scope: TemporaryStore.app) }
+        expectStatus(.param) { _ = try t.store.attributeIndex.add(d, replace: false, scope: TemporaryStore.app) }
     }
 
     // MARK: backup
@@ -216,14 +216,14 @@ struct SecretServiceStoreTests {
 
     @Test func aPortalSecretIsMadeOnceAndKeptInTheAppsOwnGroup() throws {
         let t = try TemporaryStore()
-        let first = try t.store.portalSecret(appID: "org.example.App")
+        let first = try t.store.portalSecrets.secret(appID: "org.example.App")
         #expect(first.count == 64)
-        #expect(try t.store.portalSecret(appID: "org.example.App") == first)
-        #expect(try t.store.portalSecret(appID: "org.example.Other") != first)
+        #expect(try t.store.portalSecrets.secret(appID: "org.example.App") == first)
+        #expect(try t.store.portalSecrets.secret(appID: "org.example.Other") != first)
         #expect(try t.count(["class": .string("genp")], scope: AccessScope(groups: ["portal.org.example.App"])) == 1)
         #expect(try t.count(["class": .string("genp")]) == 0)
-        expectStatus(.param) { _ = try t.store.portalSecret(appID: "") }
-        expectStatus(.param) { _ = try t.store.portalSecret(appID: "a b") }
+        expectStatus(.param) { _ = try t.store.portalSecrets.secret(appID: "") }
+        expectStatus(.param) { _ = try t.store.portalSecrets.secret(appID: "a b") }
     }
 
     // MARK: cost

@@ -2,11 +2,14 @@ import KeychainCrypto
 import KeychainModel
 import KeychainStorage
 
-/// The calls of the Secret Service bridge (docs/semantics.md, "Secret Service items"): a
-/// Secret Service item is a genp item whose svce is "secret-service:<collection>", whose
-/// account keychaind sets to the hex of its persistent id, and whose D-Bus attributes are
-/// `xsat`.
-extension ItemStore {
+/// The Secret Service items of one store, found and added by their D-Bus attributes
+/// (docs/semantics.md, "Secret Service items"): a Secret Service item is a genp item whose
+/// svce is "secret-service:<collection>", whose account keychaind sets to the hex of its
+/// persistent id, and whose D-Bus attributes are `xsat`, indexed by keyed hashes of each
+/// pair and of the whole set.
+public struct AttributeIndex {
+    let store: ItemStore
+
     static let secretServicePrefix = "secret-service:"
     /// The keys attributeAdd takes; anything else is refused rather than silently stored.
     private static let attributeAddKeys: Set<String> = ["class", "svce", "xsat", "labl", "xsct", "v_Data", "agrp", "pdmn"]
@@ -15,7 +18,7 @@ extension ItemStore {
     /// `pairs` (`exact`: exactly that set), as attribute dictionaries: v_PersistentRef, pdmn,
     /// agrp, locked, cdat, mdat. Items of a locked class are listed unopened, marked locked.
     /// Empty when nothing matches.
-    public func attributeSearch(collection: String, exact: Bool, pairs: SecretServiceAttributes,
+    public func search(collection: String, exact: Bool, pairs: SecretServiceAttributes,
                                 scope: AccessScope) throws(KeychainError) -> [AttributeDictionary] {
         guard SecretServiceNames.isValidCollection(collection) else {
             throw KeychainError(.param, "a collection name is 1 to 64 bytes of a-z, 0-9 and _")
@@ -26,8 +29,8 @@ extension ItemStore {
             // Every item of the collection: the svce column's index, nothing to open.
             var filter = RowFilter(itemClass: .genericPassword, accessGroups: scope.groups)
             filter.hashes = [("svce", svceHash(svce))]
-            try table.forEach(filter) { row in
-                found.append(Self.searchRow(row, locked: row.protection.map { !isAvailable($0) } ?? false))
+            try store.table.forEach(filter) { row in
+                found.append(Self.searchRow(row, locked: row.protection.map { !store.isAvailable($0) } ?? false))
                 return true
             }
             return found
@@ -41,7 +44,7 @@ extension ItemStore {
             }
             return true
         }
-        if found.isEmpty && corrupt > 0 { throw Self.nothingFound(corrupt: corrupt) }
+        if found.isEmpty && corrupt > 0 { throw ItemStore.nothingFound(corrupt: corrupt) }
         return found
     }
 
@@ -61,9 +64,9 @@ extension ItemStore {
     /// item must not steer which item an app gets. Rows that fail the check are left out.
     private func forEachIndexed(_ pairs: SecretServiceAttributes, exact: Bool, svce: String, groups: [String],
                                 _ body: (ItemRow, IndexedItem) throws(KeychainError) -> Bool) throws(KeychainError) {
-        let hashes = exact ? [codec.setHash(pairs)] : pairs.pairs.map { codec.pairHash(name: $0.name, value: $0.value) }
+        let hashes = exact ? [store.codec.setHash(pairs)] : pairs.pairs.map { store.codec.pairHash(name: $0.name, value: $0.value) }
         var rows: [ItemRow] = []
-        try table.forEachWithAttributes(hashes, svce: svceHash(svce), groups: groups) { row in
+        try store.table.forEachWithAttributes(hashes, svce: svceHash(svce), groups: groups) { row in
             rows.append(row)
             return true
         }
@@ -72,13 +75,13 @@ extension ItemStore {
                 guard try body(row, .corrupt) else { return }
                 continue
             }
-            guard isAvailable(pdmn) else {
+            guard store.isAvailable(pdmn) else {
                 guard try body(row, .locked) else { return }
                 continue
             }
             let item: StoredItem
             do throws(KeychainError) {
-                item = try open(row)
+                item = try store.open(row)
             } catch where error.status == .decode {
                 guard try body(row, .corrupt) else { return }
                 continue
@@ -90,14 +93,14 @@ extension ItemStore {
     }
 
     private func svceHash(_ svce: String) -> [UInt8] {
-        codec.hash(ClassSchema.genericPassword.spec("svce")!, .string(svce))
+        store.codec.hash(ClassSchema.genericPassword.spec("svce")!, .string(svce))
     }
 
     /// Adds a Secret Service item, or with `replace` rewrites the caller's first item (lowest
     /// rowid) of the same collection whose attribute set equals this one: new label, content
     /// type, secret and mdat; its cdat, persistent id, group and class stay. Returns
     /// v_PersistentRef and replaced.
-    public func attributeAdd(_ dict: AttributeDictionary, replace: Bool, scope: AccessScope) throws(KeychainError) -> AttributeDictionary {
+    public func add(_ dict: AttributeDictionary, replace: Bool, scope: AccessScope) throws(KeychainError) -> AttributeDictionary {
         if let key = dict.keys.first(where: { !Self.attributeAddKeys.contains($0) }) {
             throw KeychainError(.param, "attributeAdd does not take \(key); it takes class, svce, xsat, labl, xsct, v_Data, agrp and pdmn")
         }
@@ -113,12 +116,12 @@ extension ItemStore {
             throw KeychainError(.param, "a Secret Service item needs xsat, its attributes")
         }
         let pairs = try SecretServiceAttributes(encoded: Array(xsat))
-        return try database.transaction { () throws(KeychainError) -> AttributeDictionary in
+        return try store.database.transaction { () throws(KeychainError) -> AttributeDictionary in
             if replace, let target = try firstItem(withExactly: pairs, svce: svce, groups: try scope.groups(naming: query.accessGroup)) {
                 try rewrite(target, with: query)
                 return Self.addResult(target.row, replaced: true)
             }
-            let item = try insert(query, scope: scope, accountFromID: true)
+            let item = try store.insert(query, scope: scope, accountFromID: true)
             return Self.addResult(item.row, replaced: false)
         }
     }
@@ -151,14 +154,14 @@ extension ItemStore {
         var attributes = item.attributes
         attributes["labl"] = query.attributes["labl"] ?? .string("")
         attributes["xsct"] = query.attributes["xsct"]
-        var mdat = now()
+        var mdat = store.now()
         if case .date(let old)? = item.attributes["mdat"], mdat <= old { mdat = old + 0.001 }
         attributes["mdat"] = .date(mdat)
         guard let pdmn = item.row.protection else { throw KeychainError(.decode, "item has an unknown protection class: the row was altered") }
-        let row = codec.seal(item.itemClass, attributes: attributes, data: query.data ?? .empty,
-                             persistentID: item.row.persistentID, classKey: try classKey(pdmn), rowid: item.row.rowid)
-        try table.replace(row)
-        try queueSync(replaced: item.row, with: row)
+        let row = store.codec.seal(item.itemClass, attributes: attributes, data: query.data ?? .empty,
+                                   persistentID: item.row.persistentID, classKey: try store.classKey(pdmn), rowid: item.row.rowid)
+        try store.table.replace(row)
+        try store.queueSync(replaced: item.row, with: row)
     }
 
     /// An item's attribute set; an item with no xsat has the empty set.
@@ -178,7 +181,10 @@ extension ItemStore {
     }
 }
 
-extension ItemStore {
+/// The secrets of xdg-desktop-portal's Secret portal: one per sandboxed app, in its own group.
+public struct PortalSecrets {
+    let store: ItemStore
+
     /// The access group of a sandboxed app's portal secret: that app's alone (the daemon's
     /// config may not give a `portal.*` group to any application).
     public static func portalGroup(appID: String) -> String { "portal." + appID }
@@ -189,22 +195,22 @@ extension ItemStore {
     /// The portal secret of sandboxed app `appID` (RetrieveSecret): 64 random bytes made on
     /// the first call and kept as a genp item (AfterFirstUnlock) in `portal.<appID>`, in one
     /// transaction, so that two first calls at once cannot make two secrets.
-    public func portalSecret(appID: String) throws(KeychainError) -> SecretBytes {
+    public func secret(appID: String) throws(KeychainError) -> SecretBytes {
         guard SecretServiceNames.isValidAppID(appID) else {
             throw KeychainError(.param, "an app id is 1 to 255 bytes of A-Z, a-z, 0-9, ., _ and -")
         }
         let scope = AccessScope(groups: [Self.portalGroup(appID: appID)])
         let schema = ClassSchema.genericPassword
         var filter = RowFilter(itemClass: .genericPassword, accessGroups: scope.groups)
-        filter.hashes = [("acct", codec.hash(schema.spec("acct")!, .string(appID))),
-                         ("svce", codec.hash(schema.spec("svce")!, .string(Self.portalService)))]
-        return try database.transaction { () throws(KeychainError) -> SecretBytes in
+        filter.hashes = [("acct", store.codec.hash(schema.spec("acct")!, .string(appID))),
+                         ("svce", store.codec.hash(schema.spec("svce")!, .string(Self.portalService)))]
+        return try store.database.transaction { () throws(KeychainError) -> SecretBytes in
             var existing: ItemRow?
-            try table.forEach(filter) { row in
+            try store.table.forEach(filter) { row in
                 existing = row
                 return false
             }
-            if let existing { return try open(existing, withAttributes: false).data }
+            if let existing { return try store.open(existing, withAttributes: false).data }
             var query = ItemQuery(itemClass: .genericPassword, attributes: [
                 "svce": .string(Self.portalService), "acct": .string(appID),
                 "labl": .string("Secret Portal token for \(appID)"), "pdmn": .string(Protection.afterFirstUnlock.rawValue),
@@ -212,7 +218,7 @@ extension ItemStore {
             var fresh = Sodium.randomBytes(Self.portalSecretBytes)
             defer { Sodium.wipe(&fresh) }
             query.data = SecretBytes(fresh)
-            return try insert(query, scope: scope).data
+            return try store.insert(query, scope: scope).data
         }
     }
 }
