@@ -30,7 +30,10 @@ extension ItemStore {
         guard let agrp else { throw KeychainError(.missingEntitlement, "the caller has no access groups") }
         let pdmn = query.protection ?? cls.defaultProtection
         let key = try classKey(pdmn)
-        if cls == .certificate { try Self.deriveCertificateAttributes(&attributes, data: query.data) }
+        if cls == .certificate { try CertificateItem.derive(&attributes, data: query.data) }
+        // Before the primary key's defaults (bsiz 0, klbl empty): a key's derived attributes
+        // are checked against what the caller gave, nothing else.
+        if cls == .key { try KeyItem.fill(&attributes, data: query.data) }
         let schema = ClassSchema.of(cls)!
         for spec in schema.primaryKey where attributes[spec.code] == nil {
             attributes[spec.code] = spec.defaultValue
@@ -41,7 +44,6 @@ extension ItemStore {
         attributes["sync"] = attributes["sync"] ?? .int(0)
         attributes["cdat"] = .date(stamp)
         attributes["mdat"] = .date(stamp)
-        if cls == .key { try KeyItem.fill(&attributes, data: query.data) }
         let data = query.data ?? .empty
         let id = PersistentID.make(at: stamp)
         if accountFromID { attributes["acct"] = .string(PersistentID.hex(id)) }
@@ -155,7 +157,7 @@ extension ItemStore {
             try KeyItem.checkChange(item, changes)
             var attributes = item.attributes
             if item.itemClass == .certificate {
-                attributes = try Self.updatedCertificate(attributes, changes: changes, currentData: item.data)
+                attributes = try CertificateItem.updated(attributes, changes: changes, currentData: item.data)
             } else {
                 attributes.merge(changes.attributes) { _, new in new }
             }

@@ -4,9 +4,13 @@ import KeychainModel
 /// The rules of `keys` items (docs/keys.md): the attributes Apple gives a SecKey, filled on
 /// import, fixed once stored, and the non-extractable rule.
 enum KeyItem {
+    /// What a private key's import derives from its bytes and its extr: sizes, application
+    /// label (a certificate's pkhh matches it), sensitivity and permanence.
+    static let derived = ["bsiz", "esiz", "klbl", "sens", "asen", "next", "perm", "priv"]
+
     /// Attributes that are facts about the key's bytes, or its history: fixed once the key is
-    /// stored (an update that names them is refused).
-    static let derived: Set<String> = ["kcls", "type", "bsiz", "esiz", "klbl", "asen", "next"]
+    /// stored (an update that names them with another value is refused).
+    static let fixed = Set(derived + ["kcls", "type"])
 
     /// kSecAttrKeyClass of a private key.
     static let privateKeyClass: Int64 = 1
@@ -27,7 +31,9 @@ enum KeyItem {
     }
 
     /// On add: a private key (kcls 1) of a type keychaind knows is checked and given the
-    /// attributes Apple derives for a SecKey; any other keys item is stored as given.
+    /// attributes Apple derives for a SecKey (`derived`, under the one rule of
+    /// `DerivedAttributes`: a value the caller gives must be the derived one); any other keys
+    /// item is stored as given.
     static func fill(_ attributes: inout AttributeDictionary, data: SecretBytes?) throws(KeychainError) {
         guard attributes["kcls"] == .int(privateKeyClass), let typeValue = attributes["type"],
               case .int(let number) = typeValue, let type = KeyType(attributeNumber: number) else { return }
@@ -35,19 +41,15 @@ enum KeyItem {
             throw KeychainError(.param, "a \(type.rawValue) private key needs its bytes in v_Data (or generate one with the key-generate call)")
         }
         let key = try PrivateKey(type: type, bytes: data)
-        if let bsiz = attributes["bsiz"], bsiz != .int(0), bsiz != .int(type.bits) {
-            throw KeychainError(.param, "a \(type.rawValue) key is \(type.bits) bits")
-        }
-        attributes["bsiz"] = .int(type.bits)
-        attributes["esiz"] = .int(type.bits)
-        attributes["klbl"] = .data(key.applicationLabel)
         let extractable = attributes["extr"].map { $0 == .int(1) } ?? false
+        let sensitive: AttributeValue = .int(extractable ? 0 : 1)
+        let values: AttributeDictionary = [
+            "bsiz": .int(type.bits), "esiz": .int(type.bits), "klbl": .data(key.applicationLabel),
+            "sens": sensitive, "asen": sensitive, "next": sensitive, "perm": .int(1), "priv": .int(1),
+        ]
+        try DerivedAttributes.check(attributes, against: values, codes: derived, schema: .key, source: "the key")
+        attributes.merge(values) { _, new in new }
         attributes["extr"] = .int(extractable ? 1 : 0)
-        attributes["sens"] = .int(extractable ? 0 : 1)
-        attributes["asen"] = attributes["sens"]
-        attributes["next"] = .int(extractable ? 0 : 1)
-        attributes["perm"] = .int(1)
-        attributes["priv"] = .int(1)
         attributes["modi"] = attributes["modi"] ?? .int(1)
         for (flag, on) in usage(of: type) where attributes[flag] == nil {
             attributes[flag] = .int(on ? 1 : 0)
@@ -87,7 +89,7 @@ enum KeyItem {
         if item.attributes["extr"] == .int(0), let extr = changes.attributes["extr"], extr != .int(0) {
             throw KeychainError(.param, "a non-extractable key cannot be made extractable")
         }
-        for code in changes.attributes.keys where derived.contains(code) {
+        for code in changes.attributes.keys where fixed.contains(code) {
             if changes.attributes[code] != item.attributes[code] {
                 throw KeychainError(.param, "\(code) is derived from the key's bytes or history and cannot change")
             }

@@ -71,6 +71,26 @@ import Testing
         #expect(try t.store.itemCount() == 1)
     }
 
+    /// The one rule for derived attributes, as for a key's (docs/semantics.md, deviations).
+    @Test(arguments: [
+        ("ctyp", AttributeValue.int(1)), ("cenc", .int(1)), ("subj", .data([1])), ("issr", .data([1])),
+        ("slnr", .data([1])), ("skid", .data([1])), ("pkhh", .data([7])), ("spkh", .data([1])),
+    ])
+    func eachDerivedAttributeWithAnotherValueIsErrSecParam(_ code: String, _ value: AttributeValue) throws {
+        let t = try TemporaryStore()
+        expectStatus(.param) { try add(t, TestCertificate.ed25519DER, [code: value]) }
+        #expect(try t.store.itemCount() == 0)
+    }
+
+    @Test func everyDerivedAttributeWithItsDerivedValueIsAccepted() throws {
+        let first = try TemporaryStore(), t = try TemporaryStore()
+        try add(first, TestCertificate.ed25519DER)
+        let derived = try #require(try first.attributes(cert)).filter { ["ctyp", "cenc", "subj", "issr", "slnr", "skid", "pkhh", "spkh"].contains($0.key) }
+        #expect(derived.count == 8)
+        try add(t, TestCertificate.ed25519DER, derived)
+        #expect(try t.store.itemCount() == 1)
+    }
+
     @Test func updatingTheDataDerivesTheAttributesAgain() throws {
         let t = try TemporaryStore()
         try add(t, TestCertificate.p256DER, ["labl": .string("rotating")])

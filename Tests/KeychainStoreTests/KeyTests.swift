@@ -221,6 +221,50 @@ struct KeyTests {
         #expect(original.publicKey.isValidSignature(signature, for: [1, 2, 3] as [UInt8]))
     }
 
+    static func importItem(_ key: P256.Signing.PrivateKey, _ extra: AttributeDictionary = [:]) -> AttributeDictionary {
+        ["class": .string("keys"), "kcls": .int(1), "type": .int(73), "v_Data": .data(Array(key.x963Representation))]
+            .merging(extra) { $1 }
+    }
+
+    /// The one rule for derived attributes, as for a certificate's (docs/semantics.md,
+    /// deviations): Apple's client would let the caller's value win; here a wrong klbl would
+    /// join the key to another key's certificate.
+    @Test(arguments: [
+        ("klbl", AttributeValue.data([7])), ("bsiz", .int(384)), ("bsiz", .int(0)), ("esiz", .int(128)),
+        ("priv", .int(0)), ("perm", .int(0)), ("sens", .int(0)), ("asen", .int(0)), ("next", .int(0)),
+    ])
+    func anImportGivingADerivedAttributeAnotherValueIsErrSecParam(_ code: String, _ value: AttributeValue) throws {
+        let t = try TemporaryStore()
+        expectStatus(.param) { try t.add(Self.importItem(P256.Signing.PrivateKey(), [code: value])) }
+        #expect(try t.count(["class": .string("keys")]) == 0)
+    }
+
+    @Test func anImportGivingEveryDerivedAttributeItsDerivedValueIsStored() throws {
+        let t = try TemporaryStore()
+        let key = P256.Signing.PrivateKey()
+        let klbl = Array(Insecure.SHA1.hash(data: key.publicKey.x963Representation))
+        try t.add(Self.importItem(key, ["klbl": .data(klbl), "bsiz": .int(256), "esiz": .int(256), "priv": .int(1),
+                                        "perm": .int(1), "sens": .int(1), "asen": .int(1), "next": .int(1)]))
+        #expect(try t.count(["class": .string("keys")]) == 1)
+    }
+
+    @Test func anExtractableImportIsNotSensitiveAndCannotSayItIs() throws {
+        let t = try TemporaryStore()
+        expectStatus(.param) { try t.add(Self.importItem(P256.Signing.PrivateKey(), ["extr": .int(1), "sens": .int(1)])) }
+        try t.add(Self.importItem(P256.Signing.PrivateKey(), ["extr": .int(1), "sens": .int(0), "next": .int(0)]))
+        #expect(try t.count(["class": .string("keys")]) == 1)
+    }
+
+    @Test(arguments: ["priv", "perm", "sens"])
+    func anUpdateGivingADerivedAttributeAnotherValueIsErrSecParam(_ code: String) throws {
+        let t = try TemporaryStore()
+        try t.add(Self.importItem(P256.Signing.PrivateKey(), ["labl": .string("k")]))
+        let query: AttributeDictionary = ["class": .string("keys"), "labl": .string("k")]
+        expectStatus(.param) { try t.store.update(query, changes: [code: .int(0)], scope: TemporaryStore.app) }
+        try t.store.update(query, changes: [code: .int(1)], scope: TemporaryStore.app)
+        #expect(try t.attributes(query)?[code] == .int(1))
+    }
+
     @Test(arguments: [
         (KeyType.ed25519, [UInt8](repeating: 7, count: 31)),
         (KeyType.x25519, [UInt8](repeating: 7, count: 33)),

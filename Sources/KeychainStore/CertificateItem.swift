@@ -4,13 +4,12 @@ import KeychainModel
 /// Certificate items describe their DER: on add, and on an update that changes v_Data, the
 /// store derives ctyp, cenc, subj, issr, slnr, skid, pkhh and spkh from it
 /// (CertificateAttributes), so that the primary key and the identity join (pkhh = klbl) hold
-/// for any caller. A value the caller gives for one of them must equal the derived one
-/// (errSecParam otherwise): Apple's client lets a caller's attribute override its
-/// certificate's, which here would let a wrong pkhh or issuer describe a certificate it is not.
-extension ItemStore {
+/// for any caller. A value the caller gives for one of them follows the one rule of
+/// `DerivedAttributes`, as a key's do.
+enum CertificateItem {
     /// Fills the derived attributes of a certificate being added, and labl from the subject
     /// when the caller gave none (as Apple's client does).
-    static func deriveCertificateAttributes(_ attributes: inout AttributeDictionary, data: SecretBytes?) throws(KeychainError) {
+    static func derive(_ attributes: inout AttributeDictionary, data: SecretBytes?) throws(KeychainError) {
         guard let data, !data.isEmpty else {
             throw KeychainError(.param, "a certificate item needs v_Data: the certificate's DER")
         }
@@ -25,7 +24,7 @@ extension ItemStore {
     /// A certificate's attributes after an update: re-derived when v_Data changes (a derived
     /// attribute the new certificate lacks, such as skid, is removed); otherwise changes to
     /// derived attributes must agree with the stored certificate.
-    static func updatedCertificate(_ attributes: AttributeDictionary, changes: ItemChanges, currentData: SecretBytes) throws(KeychainError) -> AttributeDictionary {
+    static func updated(_ attributes: AttributeDictionary, changes: ItemChanges, currentData: SecretBytes) throws(KeychainError) -> AttributeDictionary {
         var out = attributes
         let touchesDerived = CertificateAttributes.derivedCodes.contains { changes.attributes[$0] != nil }
         guard changes.data != nil || touchesDerived else {
@@ -44,15 +43,7 @@ extension ItemStore {
     }
 
     private static func checkCallerValues(_ given: AttributeDictionary, agreeWith derived: CertificateAttributes) throws(KeychainError) {
-        let values = derived.attributes
-        for code in CertificateAttributes.derivedCodes {
-            guard let value = given[code] else { continue }
-            guard let spec = ClassSchema.certificate.spec(code), let own = values[code] else {
-                throw KeychainError(.param, "attribute \(code) is derived from the certificate, which has none; leave it out")
-            }
-            guard spec.matchKey(value) == spec.matchKey(own) else {
-                throw KeychainError(.param, "attribute \(code) does not match the certificate; keychaind derives it from v_Data, leave it out")
-            }
-        }
+        try DerivedAttributes.check(given, against: derived.attributes, codes: CertificateAttributes.derivedCodes,
+                                    schema: .certificate, source: "the certificate")
     }
 }
