@@ -45,7 +45,7 @@ public struct SecretServiceRow: Sendable, Hashable {
               case .data(let ref)? = d["v_PersistentRef"], case .string(let pdmn)? = d["pdmn"],
               case .string(let agrp)? = d["agrp"], case .bool(let locked)? = d["locked"],
               case .date(let cdat)? = d["cdat"], case .date(let mdat)? = d["mdat"] else {
-            throw KeychainError(.decode, "keychaind's attribute search answer has an unexpected shape")
+            throw Response.unexpected("attribute search")
         }
         self.init(persistentRef: Array(ref), protection: pdmn, accessGroup: agrp, locked: locked,
                   created: cdat + absoluteTimeIntervalSince1970, modified: mdat + absoluteTimeIntervalSince1970)
@@ -74,49 +74,37 @@ public struct DelegatedKeychain: Sendable {
         self.caller = caller
     }
 
-    private func call(_ inner: Request) throws(KeychainError) -> Response {
-        try connection.call(.asCaller(pid: caller.pid, startTime: caller.startTime, inner: inner))
+    /// `call` sent for the caller: keychaind answers it as it would answer the caller.
+    func perform<Answer>(_ call: KeychainCall<Answer>) throws(KeychainError) -> Answer {
+        try connection.perform(call.onBehalf(of: caller))
     }
 
     /// SecItemAdd for the caller.
     @discardableResult
-    public func add(_ attributes: AttributeDictionary) throws(KeychainError) -> QueryResult {
-        try call(.add(attributes)).result
-    }
+    public func add(_ attributes: AttributeDictionary) throws(KeychainError) -> QueryResult { try perform(Calls.add(attributes)) }
 
     /// SecItemCopyMatching for the caller.
-    public func copyMatching(_ query: AttributeDictionary) throws(KeychainError) -> QueryResult {
-        try call(.copyMatching(query)).result
-    }
+    public func copyMatching(_ query: AttributeDictionary) throws(KeychainError) -> QueryResult { try perform(Calls.copyMatching(query)) }
 
     /// SecItemUpdate for the caller.
     public func update(_ query: AttributeDictionary, _ changes: AttributeDictionary) throws(KeychainError) {
-        _ = try call(.update(query: query, changes: changes))
+        try perform(Calls.update(query, changes))
     }
 
     /// SecItemDelete for the caller.
-    public func delete(_ query: AttributeDictionary) throws(KeychainError) {
-        _ = try call(.delete(query))
-    }
+    public func delete(_ query: AttributeDictionary) throws(KeychainError) { try perform(Calls.delete(query)) }
 
     /// keychaind's status as the caller sees it (`groups` are the caller's).
-    public func status() throws(KeychainError) -> AttributeDictionary {
-        guard case .single(.attributes(let info)) = try call(.status).result else {
-            throw KeychainError(.decode, "keychaind's status answer has an unexpected shape")
-        }
-        return info
-    }
+    public func status() throws(KeychainError) -> AttributeDictionary { try perform(Calls.status) }
 
     /// Admin calls: the caller's uid must be an admin.
-    public func lock() throws(KeychainError) { _ = try call(.lock) }
-    public func unlock(passcode: SecretBytes) throws(KeychainError) { _ = try call(.unlock(passcode: passcode)) }
+    public func lock() throws(KeychainError) { try perform(Calls.lock) }
+    public func unlock(passcode: SecretBytes) throws(KeychainError) { try perform(Calls.unlock(passcode: passcode)) }
 
     /// Secret Service items of `collection` in the caller's groups holding every pair of
     /// `pairs` (`exact`: exactly that set), locked ones included. Empty when none match.
     public func attributeSearch(collection: String, exact: Bool, pairs: SecretServiceAttributes) throws(KeychainError) -> [SecretServiceRow] {
-        guard case .list(let items) = try call(.attributeSearch(collection: collection, exact: exact, pairs: pairs)).result else {
-            throw KeychainError(.decode, "keychaind's attribute search answer is not a list")
-        }
+        let items = try perform(Calls.list(.attributeSearch(collection: collection, exact: exact, pairs: pairs), "attribute search"))
         return try items.map { (item) throws(KeychainError) in try SecretServiceRow(item) }
     }
 
@@ -125,18 +113,15 @@ public struct DelegatedKeychain: Sendable {
     /// With `replace`, the caller's first item of that collection with exactly the same xsat
     /// gets the new label, content type and secret instead (`replaced` is then true).
     public func attributeAdd(_ attributes: AttributeDictionary, replace: Bool) throws(KeychainError) -> (persistentRef: [UInt8], replaced: Bool) {
-        guard case .single(.attributes(let d)) = try call(.attributeAdd(attributes, replace: replace)).result,
-              case .data(let ref)? = d["v_PersistentRef"], case .bool(let replaced)? = d["replaced"] else {
-            throw KeychainError(.decode, "keychaind's attributeAdd answer has an unexpected shape")
+        let d = try perform(Calls.attributes(.attributeAdd(attributes, replace: replace), "attributeAdd"))
+        guard case .data(let ref)? = d["v_PersistentRef"], case .bool(let replaced)? = d["replaced"] else {
+            throw Response.unexpected("attributeAdd")
         }
         return (Array(ref), replaced)
     }
 
     /// The sandboxed app `appID`'s secret, made on first use (the portal's RetrieveSecret).
     public func portalSecret(appID: String) throws(KeychainError) -> SecretBytes {
-        guard case .single(.data(let secret)) = try call(.portalSecret(appID: appID)).result else {
-            throw KeychainError(.decode, "keychaind's portal secret answer has an unexpected shape")
-        }
-        return secret
+        try perform(Calls.data(.portalSecret(appID: appID), "portal secret"))
     }
 }

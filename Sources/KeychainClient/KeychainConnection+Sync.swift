@@ -52,7 +52,7 @@ public struct SyncDevice: Sendable, Equatable {
 
 extension KeychainConnection {
     public func syncStatus() throws(KeychainError) -> SyncStatus {
-        let a = try Self.attributes(try call(.syncStatus), "sync status")
+        let a = try perform(Calls.attributes(.syncStatus, "sync status"))
         return SyncStatus(state: a["state"]?.stringValue ?? "", circleFingerprint: a["circle"]?.stringValue,
                           deviceFingerprint: a["device"]?.stringValue, epoch: a["epoch"]?.syncInt ?? 0,
                           members: a["members"]?.syncInt ?? 0, outbox: a["outbox"]?.syncInt ?? 0,
@@ -66,53 +66,44 @@ extension KeychainConnection {
     /// Founds a circle in the daemon's configured database (admin). `name` names this device
     /// to people (at most 64 bytes).
     public func syncCreate(name: String) throws(KeychainError) -> SyncFingerprints {
-        let a = try Self.attributes(try call(.syncCreate(name: name)), "sync create")
+        let a = try perform(Calls.attributes(.syncCreate(name: name), "sync create"))
         return SyncFingerprints(circle: a["circle"]?.stringValue ?? "", device: a["device"]?.stringValue ?? "")
     }
 
     /// Asks to join the circle with fingerprint `circle` (admin); the answer's device
     /// fingerprint is what a member then approves.
     public func syncJoin(circle: String, name: String) throws(KeychainError) -> SyncFingerprints {
-        let a = try Self.attributes(try call(.syncJoin(circle: circle, name: name)), "sync join")
+        let a = try perform(Calls.attributes(.syncJoin(circle: circle, name: name), "sync join"))
         return SyncFingerprints(circle: a["circle"]?.stringValue ?? "", device: a["device"]?.stringValue ?? "")
     }
 
     /// Approves the waiting device whose fingerprint is `device` (admin).
     public func syncApprove(device: String) throws(KeychainError) -> SyncDevice {
-        Self.device(try Self.attributes(try call(.syncApprove(device: device)), "sync approve"))
+        Self.device(try perform(Calls.attributes(.syncApprove(device: device), "sync approve")))
     }
 
     /// Runs a sync pass now; returns once it has finished (pushed and pulled everything), or
     /// throws its error (errSecNotAvailable when none finished within keychaind's bound).
     public func syncNow() throws(KeychainError) {
-        _ = try call(.syncNow)
+        try perform(Calls.done(.syncNow))
     }
 
     /// Removes the member whose fingerprint is `device` and rotates the circle key (admin);
     /// returns the new epoch and how many records were re-sealed under it.
     public func syncRemove(device: String) throws(KeychainError) -> SyncRemoval {
-        let a = try Self.attributes(try call(.syncRemove(device: device)), "sync remove")
+        let a = try perform(Calls.attributes(.syncRemove(device: device), "sync remove"))
         return SyncRemoval(device: a["device"]?.stringValue ?? "", epoch: a["epoch"]?.syncInt ?? 0,
                            resealed: a["resealed"]?.syncInt ?? 0, dropped: a["dropped"]?.syncInt ?? 0)
     }
 
     /// Leaves the circle (admin): this device keeps its items and identity.
     public func syncLeave() throws(KeychainError) {
-        _ = try call(.syncLeave)
+        try perform(Calls.done(.syncLeave))
     }
 
     public func syncDevices() throws(KeychainError) -> [SyncDevice] {
-        guard case .list(let items) = try call(.syncDevices).result else {
-            throw KeychainError(.decode, "keychaind's sync devices answer has an unexpected shape")
-        }
+        let items = try perform(Calls.list(.syncDevices, "sync devices"))
         return items.compactMap { if case .attributes(let a) = $0 { Self.device(a) } else { nil } }
-    }
-
-    private static func attributes(_ response: Response, _ what: String) throws(KeychainError) -> AttributeDictionary {
-        guard case .single(.attributes(let a)) = response.result else {
-            throw KeychainError(.decode, "keychaind's \(what) answer has an unexpected shape")
-        }
-        return a
     }
 
     private static func device(_ a: AttributeDictionary) -> SyncDevice {

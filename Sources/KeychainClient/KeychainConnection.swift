@@ -65,44 +65,33 @@ public final class KeychainConnection: Sendable {
 
     /// SecItemAdd. Returns what the return keys ask for (`.none` without them).
     @discardableResult
-    public func add(_ attributes: AttributeDictionary) throws(KeychainError) -> QueryResult {
-        try call(.add(attributes)).result
-    }
+    public func add(_ attributes: AttributeDictionary) throws(KeychainError) -> QueryResult { try perform(Calls.add(attributes)) }
 
     /// SecItemCopyMatching.
-    public func copyMatching(_ query: AttributeDictionary) throws(KeychainError) -> QueryResult {
-        try call(.copyMatching(query)).result
-    }
+    public func copyMatching(_ query: AttributeDictionary) throws(KeychainError) -> QueryResult { try perform(Calls.copyMatching(query)) }
 
     /// SecItemUpdate.
     public func update(_ query: AttributeDictionary, _ changes: AttributeDictionary) throws(KeychainError) {
-        _ = try call(.update(query: query, changes: changes))
+        try perform(Calls.update(query, changes))
     }
 
     /// SecItemDelete.
-    public func delete(_ query: AttributeDictionary) throws(KeychainError) {
-        _ = try call(.delete(query))
-    }
+    public func delete(_ query: AttributeDictionary) throws(KeychainError) { try perform(Calls.delete(query)) }
 
     // MARK: daemon calls
 
     /// version, state (lockedSinceBoot / unlocked / locked), passcode (set or not), groups.
-    public func status() throws(KeychainError) -> AttributeDictionary {
-        guard case .single(.attributes(let info)) = try call(.status).result else {
-            throw KeychainError(.decode, "keychaind's status answer has an unexpected shape")
-        }
-        return info
-    }
+    public func status() throws(KeychainError) -> AttributeDictionary { try perform(Calls.status) }
 
-    public func lock() throws(KeychainError) { _ = try call(.lock) }
+    public func lock() throws(KeychainError) { try perform(Calls.lock) }
     // Passcodes and passwords are copied into wiped memory for the call; the caller's array
     // is the caller's to wipe.
-    public func unlock(passcode: [UInt8]) throws(KeychainError) { _ = try call(.unlock(passcode: SecretBytes(passcode))) }
-    public func setPasscode(_ new: [UInt8]) throws(KeychainError) { _ = try call(.setPasscode(new: SecretBytes(new))) }
+    public func unlock(passcode: [UInt8]) throws(KeychainError) { try perform(Calls.unlock(passcode: SecretBytes(passcode))) }
+    public func setPasscode(_ new: [UInt8]) throws(KeychainError) { try perform(Calls.setPasscode(SecretBytes(new))) }
     public func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) {
-        _ = try call(.changePasscode(old: SecretBytes(old), new: SecretBytes(new)))
+        try perform(Calls.changePasscode(old: SecretBytes(old), new: SecretBytes(new)))
     }
-    public func removePasscode(current: [UInt8]) throws(KeychainError) { _ = try call(.removePasscode(current: SecretBytes(current))) }
+    public func removePasscode(current: [UInt8]) throws(KeychainError) { try perform(Calls.removePasscode(current: SecretBytes(current))) }
 
     // MARK: backup and restore (admin)
 
@@ -112,17 +101,15 @@ public final class KeychainConnection: Sendable {
     /// An encrypted backup of every item that may leave this device, sealed by the daemon
     /// under `password` (docs/backup-format.md). `progress` gets (bytes received, total).
     public func backup(password: [UInt8], progress: (Int, Int) -> Void = { _, _ in }) throws(KeychainError) -> (file: [UInt8], info: BackupInfo) {
-        guard case .single(.attributes(let info)) = try call(.backupBegin(password: SecretBytes(password))).result,
-              case .int(let session)? = info["session"], case .int(let size)? = info["size"] else {
-            throw KeychainError(.decode, "keychaind's backup answer has an unexpected shape")
+        let info = try perform(Calls.attributes(.backupBegin(password: SecretBytes(password)), "backup"))
+        guard case .int(let session)? = info["session"], case .int(let size)? = info["size"] else {
+            throw Response.unexpected("backup")
         }
         var file: [UInt8] = []
         file.reserveCapacity(Int(size))
         while file.count < Int(size) {
-            guard case .single(.data(let chunk)) = try call(.backupRead(session: UInt64(session), offset: UInt64(file.count))).result,
-                  !chunk.isEmpty else {
-                throw KeychainError(.decode, "keychaind sent an empty piece of the backup")
-            }
+            let chunk = try perform(Calls.data(.backupRead(session: UInt64(session), offset: UInt64(file.count)), "backup read"))
+            guard !chunk.isEmpty else { throw KeychainError(.decode, "keychaind sent an empty piece of the backup") }
             file += chunk
             progress(file.count, Int(size))
         }
@@ -134,22 +121,18 @@ public final class KeychainConnection: Sendable {
     /// or "replace". Returns `restored`, `skipped`, `replaced`, `excluded` and `note`.
     public func restore(_ file: [UInt8], password: [UInt8], onConflict: ConflictPolicy = .fail,
                         progress: (Int, Int) -> Void = { _, _ in }) throws(KeychainError) -> AttributeDictionary {
-        guard case .single(.attributes(let begun)) = try call(.restoreBegin(size: UInt64(file.count))).result,
-              case .int(let session)? = begun["session"] else {
-            throw KeychainError(.decode, "keychaind's restore answer has an unexpected shape")
-        }
+        let begun = try perform(Calls.attributes(.restoreBegin(size: UInt64(file.count)), "restore"))
+        guard case .int(let session)? = begun["session"] else { throw Response.unexpected("restore") }
         var offset = 0
         while offset < file.count {
             let end = min(file.count, offset + Request.chunkBytes)
-            _ = try call(.restoreWrite(session: UInt64(session), offset: UInt64(offset), bytes: Array(file[offset..<end])))
+            try perform(Calls.done(.restoreWrite(session: UInt64(session), offset: UInt64(offset),
+                                                 bytes: Array(file[offset..<end]))))
             offset = end
             progress(offset, file.count)
         }
-        guard case .single(.attributes(let summary)) = try call(
-            .restoreCommit(session: UInt64(session), password: SecretBytes(password), onConflict: onConflict)).result else {
-            throw KeychainError(.decode, "keychaind's restore summary has an unexpected shape")
-        }
-        return summary
+        return try perform(Calls.attributes(.restoreCommit(session: UInt64(session), password: SecretBytes(password),
+                                                           onConflict: onConflict), "restore summary"))
     }
 
     // MARK: async calls
@@ -163,47 +146,50 @@ public final class KeychainConnection: Sendable {
     /// SecItemAdd, for async code.
     @discardableResult
     public func add(_ attributes: AttributeDictionary) async throws(KeychainError) -> QueryResult {
-        try await callOffThePool(.add(attributes)).result
+        try await performOffThePool(Calls.add(attributes))
     }
 
     /// SecItemCopyMatching, for async code.
     public func copyMatching(_ query: AttributeDictionary) async throws(KeychainError) -> QueryResult {
-        try await callOffThePool(.copyMatching(query)).result
+        try await performOffThePool(Calls.copyMatching(query))
     }
 
     /// SecItemUpdate, for async code.
     public func update(_ query: AttributeDictionary, _ changes: AttributeDictionary) async throws(KeychainError) {
-        _ = try await callOffThePool(.update(query: query, changes: changes))
+        try await performOffThePool(Calls.update(query, changes))
     }
 
     /// SecItemDelete, for async code.
-    public func delete(_ query: AttributeDictionary) async throws(KeychainError) {
-        _ = try await callOffThePool(.delete(query))
-    }
+    public func delete(_ query: AttributeDictionary) async throws(KeychainError) { try await performOffThePool(Calls.delete(query)) }
 
     /// `status()`, for async code.
-    public func status() async throws(KeychainError) -> AttributeDictionary {
-        guard case .single(.attributes(let info)) = try await callOffThePool(.status).result else {
-            throw KeychainError(.decode, "keychaind's status answer has an unexpected shape")
-        }
-        return info
-    }
+    public func status() async throws(KeychainError) -> AttributeDictionary { try await performOffThePool(Calls.status) }
 
-    public func lock() async throws(KeychainError) { _ = try await callOffThePool(.lock) }
+    public func lock() async throws(KeychainError) { try await performOffThePool(Calls.lock) }
     public func unlock(passcode: [UInt8]) async throws(KeychainError) {
-        _ = try await callOffThePool(.unlock(passcode: SecretBytes(passcode)))
+        try await performOffThePool(Calls.unlock(passcode: SecretBytes(passcode)))
     }
     public func setPasscode(_ new: [UInt8]) async throws(KeychainError) {
-        _ = try await callOffThePool(.setPasscode(new: SecretBytes(new)))
+        try await performOffThePool(Calls.setPasscode(SecretBytes(new)))
     }
     public func changePasscode(old: [UInt8], new: [UInt8]) async throws(KeychainError) {
-        _ = try await callOffThePool(.changePasscode(old: SecretBytes(old), new: SecretBytes(new)))
+        try await performOffThePool(Calls.changePasscode(old: SecretBytes(old), new: SecretBytes(new)))
     }
     public func removePasscode(current: [UInt8]) async throws(KeychainError) {
-        _ = try await callOffThePool(.removePasscode(current: SecretBytes(current)))
+        try await performOffThePool(Calls.removePasscode(current: SecretBytes(current)))
     }
 
     // MARK: transport
+
+    /// `call`, sent from this thread and waited for here.
+    func perform<Answer>(_ call: KeychainCall<Answer>) throws(KeychainError) -> Answer {
+        try call.read(try self.call(call.request))
+    }
+
+    /// `call`, waited for on a thread of its own (`callOffThePool`).
+    func performOffThePool<Answer>(_ call: KeychainCall<Answer>) async throws(KeychainError) -> Answer {
+        try call.read(try await callOffThePool(call.request))
+    }
 
     /// `call` on a thread of its own, interrupted if the awaiting Task is cancelled.
     func callOffThePool(_ request: Request) async throws(KeychainError) -> Response {

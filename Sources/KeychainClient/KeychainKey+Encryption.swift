@@ -17,10 +17,8 @@ extension KeychainKey {
     /// needs no class key: a when-unlocked key can be encrypted to while the keychain is locked.
     public func encrypt(_ plaintext: SecretBytes, algorithm: KeyEncryptionAlgorithm? = nil) throws(KeychainError) -> [UInt8] {
         let algorithm = try chosen(algorithm)
-        let result = try connection.call(.keyEncrypt(query: reference, parameters: [
-            "algorithm": .string(algorithm.rawValue), "data": .data(plaintext), "publicKey": .data(SecretBytes(publicKey))])).result
-        guard case .single(.data(let ciphertext)) = result else { throw Self.unexpectedAnswer("ciphertext") }
-        return Array(ciphertext)
+        return Array(try connection.perform(Calls.data(.keyEncrypt(query: reference, parameters: [
+            "algorithm": .string(algorithm.rawValue), "data": .data(plaintext), "publicKey": .data(SecretBytes(publicKey))]), "ciphertext")))
     }
 
     /// The plaintext of a ciphertext made for this key, in wiped memory. Needs the key's decrypt
@@ -28,10 +26,8 @@ extension KeychainKey {
     /// platforms.
     public func decrypt(_ ciphertext: [UInt8], algorithm: KeyEncryptionAlgorithm? = nil) throws(KeychainError) -> SecretBytes {
         let algorithm = try chosen(algorithm)
-        let result = try connection.call(.keyDecrypt(query: reference, parameters: [
-            "algorithm": .string(algorithm.rawValue), "data": .data(SecretBytes(ciphertext))])).result
-        guard case .single(.data(let plaintext)) = result else { throw Self.unexpectedAnswer("plaintext") }
-        return plaintext
+        return try connection.perform(Calls.data(.keyDecrypt(query: reference, parameters: [
+            "algorithm": .string(algorithm.rawValue), "data": .data(SecretBytes(ciphertext))]), "plaintext"))
     }
 
     private func chosen(_ algorithm: KeyEncryptionAlgorithm?) throws(KeychainError) -> KeyEncryptionAlgorithm {
@@ -39,9 +35,5 @@ extension KeychainKey {
             throw KeychainError(.param, "an \(type.rawValue) key does not encrypt; it signs")
         }
         return algorithm
-    }
-
-    private static func unexpectedAnswer(_ what: String) -> KeychainError {
-        KeychainError(.decode, "keychaind's \(what) answer has an unexpected shape")
     }
 }

@@ -33,7 +33,7 @@ public struct KeychainKey: Sendable {
                                 connection: KeychainConnection = KeychainConnection()) throws(KeychainError) -> KeychainKey {
         let item = attributes(type, label: label, accessibility: accessibility, accessGroup: accessGroup,
                               extractable: extractable, applicationTag: applicationTag)
-        return try stored(try connection.call(.keyGenerate(item)).result, connection: connection)
+        return try key(try connection.perform(Calls.attributes(.keyGenerate(item), "key")), connection: connection)
     }
 
     /// Stores an existing private key (32 raw bytes for Ed25519 and X25519; for P-256 the
@@ -48,7 +48,7 @@ public struct KeychainKey: Sendable {
         item["v_Data"] = .data(bytes)
         item["r_Attributes"] = .bool(true)
         item["r_PersistentRef"] = .bool(true)
-        return try stored(try connection.add(item), connection: connection)
+        return try key(try connection.perform(Calls.attributes(.add(item), "key")), connection: connection)
     }
 
     /// The private keys of a type keychaind uses, with this label and tag where given, in the
@@ -65,7 +65,7 @@ public struct KeychainKey: Sendable {
         } catch where error.status == .itemNotFound {
             return []
         }
-        guard case .list(let items) = found else { throw KeychainError(.decode, "keychaind answered a key search with no list") }
+        guard case .list(let items) = found else { throw Response.unexpected("key search") }
         var keys: [KeychainKey] = []
         for case .attributes(let dict) in items {
             guard case .int(let number)? = dict["type"], KeyType(attributeNumber: number) != nil else { continue }
@@ -79,19 +79,15 @@ public struct KeychainKey: Sendable {
     /// A signature of `data`: Ed25519's 64 raw bytes, or P-256's DER X9.62 ECDSA signature (as
     /// Apple's SecKeyCreateSignature returns). Needs the key's sign flag and its class key.
     public func sign(_ data: [UInt8], algorithm: KeySigningAlgorithm) throws(KeychainError) -> [UInt8] {
-        let result = try connection.call(.keySign(query: reference, parameters: [
-            "algorithm": .string(algorithm.rawValue), "data": .data(data)])).result
-        guard case .single(.data(let signature)) = result else { throw Self.unexpected("signature") }
-        return Array(signature)
+        Array(try connection.perform(Calls.data(.keySign(query: reference, parameters: [
+            "algorithm": .string(algorithm.rawValue), "data": .data(data)]), "signature")))
     }
 
     /// Whether `signature` is a valid signature of `data` by this key.
     public func verify(_ signature: [UInt8], for data: [UInt8], algorithm: KeySigningAlgorithm) throws(KeychainError) -> Bool {
-        let result = try connection.call(.keyVerify(query: reference, parameters: [
-            "algorithm": .string(algorithm.rawValue), "data": .data(data), "signature": .data(signature)])).result
-        guard case .single(.attributes(let answer)) = result, case .bool(let valid)? = answer["valid"] else {
-            throw Self.unexpected("verification")
-        }
+        let answer = try connection.perform(Calls.attributes(.keyVerify(query: reference, parameters: [
+            "algorithm": .string(algorithm.rawValue), "data": .data(data), "signature": .data(signature)]), "verification"))
+        guard case .bool(let valid)? = answer["valid"] else { throw Response.unexpected("verification") }
         return valid
     }
 
@@ -102,9 +98,7 @@ public struct KeychainKey: Sendable {
         var parameters: AttributeDictionary = ["algorithm": .string(algorithm.rawValue), "peer": .data(peerPublicKey)]
         if let requestedSize { parameters["requestedSize"] = .int(Int64(requestedSize)) }
         if !sharedInfo.isEmpty { parameters["sharedInfo"] = .data(sharedInfo) }
-        let result = try connection.call(.keyAgree(query: reference, parameters: parameters)).result
-        guard case .single(.data(let secret)) = result else { throw Self.unexpected("shared secret") }
-        return secret
+        return try connection.perform(Calls.data(.keyAgree(query: reference, parameters: parameters), "shared secret"))
     }
 
     /// The same key, called through `connection` (another thread's, say).
@@ -134,18 +128,12 @@ public struct KeychainKey: Sendable {
         return item
     }
 
-    private static func stored(_ result: QueryResult, connection: KeychainConnection) throws(KeychainError) -> KeychainKey {
-        guard case .single(.attributes(let dict)) = result else { throw unexpected("key") }
-        return try key(dict, connection: connection)
-    }
-
     /// A key from its item's attributes (with v_PersistentRef); its public key is asked for.
     private static func key(_ dict: AttributeDictionary, connection: KeychainConnection) throws(KeychainError) -> KeychainKey {
         guard case .data(let ref)? = dict["v_PersistentRef"], case .int(let number)? = dict["type"],
-              let type = KeyType(attributeNumber: number) else { throw unexpected("key") }
+              let type = KeyType(attributeNumber: number) else { throw Response.unexpected("key") }
         let persistentRef = Array(ref)
-        let answer = try connection.call(.keyPublic(["v_PersistentRef": .data(persistentRef)])).result
-        guard case .single(.data(let publicKey)) = answer else { throw unexpected("public key") }
+        let publicKey = try connection.perform(Calls.data(.keyPublic(["v_PersistentRef": .data(persistentRef)]), "public key"))
         var label = ""
         switch dict["labl"] {
         case .string(let s)?: label = s
@@ -161,10 +149,6 @@ public struct KeychainKey: Sendable {
         return KeychainKey(type: type, label: label, applicationTag: tag, publicKey: Array(publicKey), persistentRef: persistentRef,
                            accessGroup: dict["agrp"]?.stringValue ?? "", extractable: dict["extr"] == .int(1),
                            attributes: dict, connection: connection)
-    }
-
-    private static func unexpected(_ what: String) -> KeychainError {
-        KeychainError(.decode, "keychaind's \(what) answer has an unexpected shape")
     }
 }
 
