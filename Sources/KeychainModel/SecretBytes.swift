@@ -3,13 +3,15 @@ import Glibc
 #endif
 
 /// One heap allocation that may hold a secret: zeroed over its whole capacity before it is
-/// freed, and when it grows, the old allocation is zeroed before it is freed. Reached only
-/// through a non-copyable `ByteWriter` (one owner while it is written) or a `SecretBytes`
-/// (never written again), so it is never mutated while shared.
+/// freed, and when it grows, the old allocation is zeroed before it is freed. Its writes are
+/// fileprivate: only the non-copyable `ByteWriter` below makes them (one owner while it is
+/// written), and a `SecretBytes` that shares it has no way to write it again.
 final class SecretStorage: @unchecked Sendable {
-    // @unchecked: written only by its one non-copyable ByteWriter, never once a SecretBytes shares it; no type says so.
-    private(set) var base: UnsafeMutableRawPointer
-    private(set) var capacity: Int
+    // @unchecked: every write is fileprivate to this file and made through a ByteWriter, which
+    // cannot be copied and gives the storage away (consuming `finish()`) before anyone shares it.
+    // The mutable pointer stays in this file too: outside it, the bytes are read through `bytes`.
+    fileprivate private(set) var base: UnsafeMutableRawPointer
+    private var capacity: Int
     private(set) var count = 0
 
     init(capacity: Int) {
@@ -23,7 +25,7 @@ final class SecretStorage: @unchecked Sendable {
         free(base)
     }
 
-    func reserve(_ needed: Int) {
+    fileprivate func reserve(_ needed: Int) {
         guard needed > capacity else { return }
         var next = capacity
         while next < needed { next *= 2 }
@@ -35,7 +37,7 @@ final class SecretStorage: @unchecked Sendable {
         capacity = next
     }
 
-    func append(_ source: UnsafeRawBufferPointer) {
+    fileprivate func append(_ source: UnsafeRawBufferPointer) {
         guard let from = source.baseAddress, source.count > 0 else { return }
         reserve(count + source.count)
         memcpy(base + count, from, source.count)
@@ -43,7 +45,7 @@ final class SecretStorage: @unchecked Sendable {
     }
 
     /// Marks `n` more bytes, written directly at `base + count`, as used.
-    func grow(by n: Int) {
+    fileprivate func grow(by n: Int) {
         precondition(count + n <= capacity)
         count += n
     }
@@ -60,22 +62,23 @@ final class SecretStorage: @unchecked Sendable {
 public struct SecretBytes: Sendable, Hashable, RandomAccessCollection, ExpressibleByArrayLiteral, CustomStringConvertible {
     let storage: SecretStorage
 
-    init(storage: SecretStorage) { self.storage = storage }
+    fileprivate init(storage: SecretStorage) { self.storage = storage }
 
     /// A copy of `bytes` in wiped memory (the source is the caller's to wipe).
     public init<C: Collection>(_ bytes: C) where C.Element == UInt8 {
-        storage = SecretStorage(capacity: bytes.count)
-        let done: Void? = bytes.withContiguousStorageIfAvailable { storage.append(UnsafeRawBufferPointer($0)) }
-        if done == nil {
-            for b in bytes { Swift.withUnsafeBytes(of: b) { storage.append($0) } }
-        }
+        var writer = ByteWriter(capacity: bytes.count)
+        writer.raw(bytes)
+        self = writer.finish()
     }
 
     /// `count` bytes written by `body` straight into wiped memory.
     public init<E: Error>(count: Int, initializingWith body: (UnsafeMutableRawBufferPointer) throws(E) -> Void) throws(E) {
-        storage = SecretStorage(capacity: count)
-        try body(UnsafeMutableRawBufferPointer(start: storage.base, count: count))
-        storage.grow(by: count)
+        var writer = ByteWriter(capacity: count)
+        try writer.append(upTo: count) { (buffer) throws(E) in
+            try body(buffer)
+            return count
+        }
+        self = writer.finish()
     }
 
     public init(arrayLiteral elements: UInt8...) { self.init(elements) }
@@ -112,6 +115,59 @@ public struct SecretBytes: Sendable, Hashable, RandomAccessCollection, Expressib
     }
 
     public var description: String { "SecretBytes(\(count) bytes)" }
+}
+
+/// Little-endian byte writer for the keychain's binary encodings (sealed item plaintexts,
+/// wire frames, backups). Its buffer is wiped memory, zeroed whenever it grows and when it is
+/// freed, and the writer cannot be copied, so no copy of a half-written secret is left behind.
+public struct ByteWriter: ~Copyable {
+    private let storage: SecretStorage
+
+    public init(capacity: Int = 0) { storage = SecretStorage(capacity: capacity) }
+
+    public var count: Int { storage.count }
+
+    /// An ordinary copy of what was written: for encodings that hold no secret in clear
+    /// (ciphertexts, the keybag record). Secrets leave through `finish()`.
+    public var bytes: [UInt8] { Array(storage.bytes) }
+
+    /// What was written, handed over without a copy.
+    public consuming func finish() -> SecretBytes { SecretBytes(storage: storage) }
+
+    public mutating func u8(_ v: UInt8) { withUnsafeBytes(of: v) { storage.append($0) } }
+    public mutating func u16(_ v: UInt16) { withUnsafeBytes(of: v.littleEndian) { storage.append($0) } }
+    public mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { storage.append($0) } }
+    public mutating func u64(_ v: UInt64) { withUnsafeBytes(of: v.littleEndian) { storage.append($0) } }
+
+    public mutating func raw<C: Collection>(_ b: C) where C.Element == UInt8 {
+        let done: Void? = b.withContiguousStorageIfAvailable { storage.append(UnsafeRawBufferPointer($0)) }
+        if done == nil {
+            storage.reserve(storage.count + b.count)
+            for byte in b { u8(byte) }
+        }
+    }
+
+    /// u32 length, then the bytes.
+    public mutating func lengthPrefixed<C: Collection>(_ b: C) where C.Element == UInt8 {
+        u32(UInt32(b.count))
+        raw(b)
+    }
+
+    /// Lets `fill` write up to `n` bytes straight after what was written (a socket read into
+    /// wiped memory); `fill` returns how many it wrote. Capacity grows with what is written,
+    /// not with what was announced.
+    public mutating func append<E: Error>(upTo n: Int, _ fill: (UnsafeMutableRawBufferPointer) throws(E) -> Int) throws(E) {
+        storage.reserve(storage.count + n)
+        let written = try fill(UnsafeMutableRawBufferPointer(start: storage.base + storage.count, count: n))
+        precondition(written >= 0 && written <= n)
+        storage.grow(by: written)
+    }
+
+    /// Overwrites 4 bytes at `offset` (a length written before what it counts was known).
+    public mutating func patchU32(_ v: UInt32, at offset: Int) {
+        precondition(offset >= 0 && offset + 4 <= storage.count)
+        withUnsafeBytes(of: v.littleEndian) { (storage.base + offset).copyMemory(from: $0.baseAddress!, byteCount: 4) }
+    }
 }
 
 /// Byte containers read in place, without a copy: ordinary arrays (ciphertexts, salts) and
