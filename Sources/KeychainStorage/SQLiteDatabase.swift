@@ -192,7 +192,7 @@ public final class SQLiteDatabase {
     /// Maps SQLite result codes to the keychain's, as securityd does (keychain-semantics.md 5).
     static func status(for rc: Int32) -> KeychainStatus {
         switch rc & 0xFF {
-        case SQLITE_CONSTRAINT: .duplicateItem
+        case SQLITE_CONSTRAINT: constraintStatus(for: rc)
         case SQLITE_NOMEM: .allocate
         case SQLITE_READONLY: .readOnly
         case SQLITE_IOERR: .io
@@ -202,6 +202,23 @@ public final class SQLiteDatabase {
         default: .internal
         }
     }
+
+    /// Only a second row with the same key is a duplicate item; the extended code says which
+    /// constraint failed (the connection has extended codes on). A NOT NULL, CHECK or foreign key
+    /// failure is a row the store should never have written: errSecInternal, with SQLite's
+    /// message naming the constraint, rather than an "already exists" that sends a caller to
+    /// update an item that is not there.
+    static func constraintStatus(for rc: Int32) -> KeychainStatus {
+        switch rc {
+        case primaryKeyConstraint, uniqueConstraint, rowidConstraint: .duplicateItem
+        default: .internal
+        }
+    }
+
+    // sqlite3.h's extended codes, which Swift does not import (macros built with `|` and `<<`).
+    static let primaryKeyConstraint = SQLITE_CONSTRAINT | (6 << 8)  // SQLITE_CONSTRAINT_PRIMARYKEY
+    static let uniqueConstraint = SQLITE_CONSTRAINT | (8 << 8)  // SQLITE_CONSTRAINT_UNIQUE
+    static let rowidConstraint = SQLITE_CONSTRAINT | (10 << 8)  // SQLITE_CONSTRAINT_ROWID
 }
 
 /// SQLite's result code for a failed call (extended, e.g. SQLITE_BUSY_SNAPSHOT), carried as a
