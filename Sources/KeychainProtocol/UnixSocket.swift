@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import KeychainModel
+import Synchronization
 
 /// Why a socket operation stopped: kept apart from KeychainError so the daemon can log the
 /// precise cause while telling the peer little.
@@ -24,12 +25,42 @@ public enum SocketFailure: Error, Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// A connected (or listening) AF_UNIX SOCK_STREAM socket. Owns its descriptor; `close()` is
-/// explicit because a server hands descriptors between threads.
-public struct UnixSocket: Sendable {
-    public let fd: Int32
+/// A descriptor this value owns, closed exactly once: by `close()`, which consumes the owner so
+/// that no second close can be written, or else when the owner goes away. Not copyable, since a
+/// copy would be a second owner: in a multi-threaded daemon the kernel hands a closed number to
+/// the next open at once, and a second close would close another thread's connection.
+/// (swift-system's FileDescriptor is copyable, so it cannot say this.)
+public struct OwnedDescriptor: ~Copyable, Sendable {
+    public let rawValue: Int32
 
-    public init(fd: Int32) { self.fd = fd }
+    /// Takes over `rawValue`, which no one else may close.
+    public init(adopting rawValue: Int32) { self.rawValue = rawValue }
+
+    public consuming func close() {
+        let number = rawValue
+        discard self
+        _ = Glibc.close(number)
+    }
+
+    deinit { _ = Glibc.close(rawValue) }
+}
+
+/// A connected (or listening) AF_UNIX SOCK_STREAM socket. A reference, because a server hands
+/// connections between threads and a call's socket is shut down by the thread that cancels
+/// it; it owns one OwnedDescriptor, so however many threads hold it and call `close()`, the
+/// descriptor is closed once: by the first `close()`, or when the last reference goes.
+public final class UnixSocket: Sendable {
+    /// The descriptor's number, for system calls while the socket is open.
+    public let fd: Int32
+    private let owned: Mutex<OwnedDescriptor?>
+
+    /// Takes over `fd` (see OwnedDescriptor.init(adopting:)).
+    public convenience init(fd: Int32) { self.init(OwnedDescriptor(adopting: fd)) }
+
+    public init(_ descriptor: consuming OwnedDescriptor) {
+        fd = descriptor.rawValue
+        owned = Mutex(.some(descriptor))
+    }
 
     /// Builds a sockaddr_un for `path`, or nil when the path does not fit (108 bytes).
     static func address(_ path: String) -> (sockaddr_un, socklen_t)? {
@@ -45,49 +76,41 @@ public struct UnixSocket: Sendable {
         return (addr, socklen_t(MemoryLayout<sockaddr_un>.size))
     }
 
-    private static func newSocket() throws(SocketFailure) -> Int32 {
+    private static func newSocket() throws(SocketFailure) -> OwnedDescriptor {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw .system("socket", errno) }
-        return fd
+        return OwnedDescriptor(adopting: fd)
     }
 
     /// Connects to the daemon at `path`.
     public static func connect(path: String) throws(SocketFailure) -> UnixSocket {
         guard var (addr, len) = address(path) else { throw .system("connect", ENAMETOOLONG) }
-        let fd = try newSocket()
+        let descriptor = try newSocket()
+        let fd = descriptor.rawValue
         let rc = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, len) }
         }
-        guard rc == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw .system("connect", e)
-        }
-        return UnixSocket(fd: fd)
+        // errno is read before the descriptor's deinit closes it on the way out.
+        guard rc == 0 else { throw .system("connect", errno) }
+        return UnixSocket(descriptor)
     }
 
     /// Binds and listens at `path` with `mode` (the caller has already removed a stale file).
     public static func listen(path: String, mode: mode_t, backlog: Int32 = 512) throws(SocketFailure) -> UnixSocket {
         guard var (addr, len) = address(path) else { throw .system("bind", ENAMETOOLONG) }
-        let fd = try newSocket()
+        let descriptor = try newSocket()
+        let fd = descriptor.rawValue
         // Bind under a tight umask so the socket never exists with a looser mode, then chmod.
         let old = umask(0o177)
         let rc = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
         }
+        let e = errno
         umask(old)
-        guard rc == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw .system("bind", e)
-        }
+        guard rc == 0 else { throw .system("bind", e) }
         chmod(path, mode)
-        guard Glibc.listen(fd, backlog) == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw .system("listen", e)
-        }
-        return UnixSocket(fd: fd)
+        guard Glibc.listen(fd, backlog) == 0 else { throw .system("listen", errno) }
+        return UnixSocket(descriptor)
     }
 
     /// Waits for a connection; nil when the listening socket was shut down.
@@ -107,8 +130,9 @@ public struct UnixSocket: Sendable {
     private func acceptOnce() throws(SocketFailure) -> Accepted {
         do {
             let c = try SystemCall.retrying("accept") { Glibc.accept(fd, nil, nil) }
+            let connection = UnixSocket(fd: c)
             _ = fcntl(c, F_SETFD, FD_CLOEXEC)
-            return .connection(UnixSocket(fd: c))
+            return .connection(connection)
         } catch {
             switch error.errno {
             case EAGAIN, EWOULDBLOCK, ECONNABORTED: return .nothing  // another worker took it, or the client gave up
@@ -145,7 +169,13 @@ public struct UnixSocket: Sendable {
         guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else { throw .system("fcntl", errno) }
     }
 
-    public func close() { Glibc.close(fd) }
+    /// Closes the descriptor if no one has yet; later calls do nothing. Callers still close
+    /// explicitly rather than wait for the last reference: a peer waits for the close.
+    public func close() {
+        owned.withLock { owned in
+            if let descriptor = owned.take() { descriptor.close() }
+        }
+    }
 
     /// Wakes any thread blocked on this socket (used at shutdown).
     public func shutdownBoth() { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }

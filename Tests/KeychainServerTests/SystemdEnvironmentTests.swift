@@ -36,8 +36,10 @@ struct SocketActivationTests {
 
     @Test func aListeningUnixStreamSocketIsServedAndMadeCloseOnExec() throws {
         let s = unixSocket(Int32(SOCK_STREAM.rawValue), listening: true)
-        defer { close(s.fd); unlink(s.path) }
+        defer { unlink(s.path) }
+        // The served socket owns the descriptor from here, and closes it.
         let taken = try #require(try SocketActivation.listener(environment: activation(), descriptor: s.fd))
+        defer { taken.close() }
         #expect(taken.fd == s.fd)
         #expect(fcntl(s.fd, F_GETFD) & FD_CLOEXEC != 0)
         #expect(SocketActivation.boundPath(of: taken) == s.path)
