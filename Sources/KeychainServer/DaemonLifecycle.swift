@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Dispatch
 import KeychainModel
 import Logging
 
@@ -85,13 +86,24 @@ public struct DaemonLifecycle {
     let loadConfig: (String) throws -> DaemonConfig
     let observers: [any ReadinessObserver]
     let logger: Logger
+    /// How long a stop waits for in-flight calls and the store's close before it gives up and
+    /// returns (the process then exits): a call wedged in a system call must not keep the
+    /// daemon past a service manager's stop timeout (systemd's default is 90 s), where it would
+    /// be killed without a word in the log. Every committed write is durable before it is
+    /// answered, so leaving without the close loses nothing that was acknowledged.
+    let stopDeadlineSeconds: Double
+
+    /// The default `stopDeadlineSeconds`.
+    public static let defaultStopDeadlineSeconds = 30.0
 
     public init(configPath: String?, loadConfig: @escaping (String) throws -> DaemonConfig,
-                observers: [any ReadinessObserver], logger: Logger) {
+                observers: [any ReadinessObserver], logger: Logger,
+                stopDeadlineSeconds: Double = DaemonLifecycle.defaultStopDeadlineSeconds) {
         self.configPath = configPath
         self.loadConfig = loadConfig
         self.observers = observers
         self.logger = logger
+        self.stopDeadlineSeconds = stopDeadlineSeconds
     }
 
     /// Serves until a stop event (or the end of the events), then shuts the service down and
@@ -132,10 +144,31 @@ public struct DaemonLifecycle {
     private func stop(_ service: some LifecycleService) {
         announce(.stopping)
         service.shutdown()
-        service.waitUntilStopped()
+        if !waitUntilStopped(service) {
+            logger.error("stop: in-flight calls had not finished after \(stopDeadlineSeconds) s; exiting without waiting for them or closing the store")
+        }
+    }
+
+    /// Waits for the service to stop, on a thread of its own so that this one can give up at
+    /// the deadline; false if it did.
+    private func waitUntilStopped(_ service: some LifecycleService) -> Bool {
+        let stopped = DispatchSemaphore(value: 0)
+        let waiting = ServiceToWaitFor(service: service)
+        guard DetachedThread.start({ waiting.service.waitUntilStopped(); stopped.signal() }) else {
+            service.waitUntilStopped()  // no thread to spare: wait here, without a deadline
+            return true
+        }
+        return stopped.wait(timeout: .now() + stopDeadlineSeconds) == .success
     }
 
     private func announce(_ phase: ServicePhase) {
         for observer in observers { observer.announce(phase) }
     }
+}
+
+/// The service, handed to the thread that waits for it to stop.
+// @unchecked: from the hand-over on, the lifecycle's thread no longer calls the service; the
+// waiting thread calls only waitUntilStopped, which the service allows from any thread.
+private struct ServiceToWaitFor<Service: LifecycleService>: @unchecked Sendable {
+    let service: Service
 }

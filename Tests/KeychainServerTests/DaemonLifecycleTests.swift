@@ -38,6 +38,31 @@ struct DaemonLifecycleTests {
         func announce(_ phase: ServicePhase) { journal.add("announce \(phase)") }
     }
 
+    /// A service whose in-flight calls never finish (until the test lets them).
+    final class WedgedService: LifecycleService, @unchecked Sendable {
+        let released = DispatchSemaphore(value: 0)
+        func startServing() {}
+        func reload(_ config: DaemonConfig, source: String) throws(KeychainError) {}
+        func lock(reason: String) {}
+        func shutdown() {}
+        func waitUntilStopped() { released.wait() }
+    }
+
+    /// Every log line, kept for the test to read.
+    struct JournalLogHandler: LogHandler {
+        let journal: Journal
+        var logLevel: Logger.Level = .trace
+        var metadata: Logger.Metadata = [:]
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
+                 file: String, function: String, line: UInt) {
+            journal.add("\(level): \(message)")
+        }
+    }
+
     /// Events from a list; after the last one, none (as if the source had closed).
     struct ScriptedEvents: LifecycleEvents {
         var remaining: [LifecycleEvent]
@@ -71,6 +96,28 @@ struct DaemonLifecycleTests {
     @Test func aStopAnnouncesStoppingThenShutsDownAndWaitsForTheServiceToStop() {
         let (journal, _) = run([.stop(signal: SIGINT)])
         #expect(journal == ["start", "announce ready", "announce stopping", "shutdown", "stopped"])
+    }
+
+    @Test func aStopGivesUpWaitingAtItsDeadlineAndSaysSoInTheLog() {
+        let journal = Journal()
+        let service = WedgedService()
+        defer { service.released.signal() }
+        var script = ScriptedEvents(remaining: [.stop(signal: SIGTERM)])
+        let lifecycle = DaemonLifecycle(configPath: nil, loadConfig: { _ in try DaemonConfig.parse("") }, observers: [],
+                                        logger: Logger(label: "test") { _ in JournalLogHandler(journal: journal) },
+                                        stopDeadlineSeconds: 0.2)
+        lifecycle.run(service, events: &script)  // returns although the service never stops
+        #expect(journal.all.contains { $0.hasPrefix("error: stop: in-flight calls had not finished after 0.2 s") }, "\(journal.all)")
+    }
+
+    @Test func aStopThatFinishesInTimeLogsNoDeadline() {
+        let journal = Journal()
+        var script = ScriptedEvents(remaining: [.stop(signal: SIGTERM)])
+        let lifecycle = DaemonLifecycle(configPath: nil, loadConfig: { _ in try DaemonConfig.parse("") }, observers: [],
+                                        logger: Logger(label: "test") { _ in JournalLogHandler(journal: journal) })
+        lifecycle.run(RecordingService(journal), events: &script)
+        #expect(journal.all.last == "stopped")
+        #expect(!journal.all.contains { $0.contains("had not finished") })
     }
 
     @Test func eventsAfterAStopAreLeftUntaken() {
