@@ -29,6 +29,8 @@ let package = Package(
         // reads the raw DER fields Apple stores (names, serial, public key bits) itself.
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
+    // Every C module a target imports is one of its declared dependencies, not reached through
+    // another target's (`grep -rh '^ *\(internal \)\?import C' Sources/T Tests/T` per target).
     targets: [
         .systemLibrary(
             name: "CSodium",
@@ -79,9 +81,10 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ]
         ),
+        // CSodium: StateInventory compares credential keys in constant time (sodium_memcmp).
         .target(
             name: "KeychainStore",
-            dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage", "KeychainCertificates"]
+            dependencies: ["CSodium", "KeychainModel", "KeychainCrypto", "KeychainStorage", "KeychainCertificates"]
         ),
         // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl, eventfd): used by the daemon, the
         // ssh-agent and KeychainSync.
@@ -126,7 +129,7 @@ let package = Package(
         .target(name: "SecretService", dependencies: ["KeychainClient", "DBus", "CLibcrypto", "CSystemShim"]),
         .executableTarget(
             name: "keychain-secret-service",
-            dependencies: ["SecretService", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["SecretService", "CSystemShim", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         // Static like the CLI: git starts it for every fetch and push.
         .executableTarget(
@@ -143,7 +146,8 @@ let package = Package(
         // KeychainStorage: to damage a stopped daemon's database the way a test needs.
         // KeychainStore: to run one SecItem behaviour suite against the store in process and the daemon.
         // DBus: BusConnection against a private bus.
-        .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage", "KeychainStore", "DBus"]),
+        // CSodium: to check signatures and sealed boxes with libsodium itself.
+        .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage", "KeychainStore", "DBus", "CSodium"]),
         // Against a throw-away PostgreSQL cluster that each test starts with scripts/pg-cluster.
         .testTarget(name: "KeychainSyncTests", dependencies: ["KeychainSync", "KeychainModel", "KeychainCrypto", "KeychainStore", "KeychainStorage"]),
         .testTarget(name: "SecretServiceTests", dependencies: ["SecretService", "KeychainModel"]),
@@ -157,7 +161,7 @@ let package = Package(
         ]),
         .testTarget(
             name: "KeychainStoreTests",
-            dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto"]
+            dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto", "CSodium"]
         ),
         .testTarget(name: "KeychainCertificatesTests", dependencies: [
             "KeychainCertificates", "KeychainModel",
