@@ -48,6 +48,7 @@ let commands: [Command] = [
     },
     Command(spec: CommandSpec(name: "get", summary: "Write an item's secret to standard output, exactly (--json: attributes and the secret in base64).",
                               options: globalOptions + itemOptions, flags: jsonFlag + synchronizableFlag)) { c in
+        try ItemSelection.require(c.arguments)
         var query = try c.itemQuery()
         query["r_Data"] = .bool(true)
         if c.json { query["r_Attributes"] = .bool(true) }
@@ -63,6 +64,7 @@ let commands: [Command] = [
     Command(spec: CommandSpec(name: "update", summary: "Change matching items: a new secret from standard input, and/or attributes.",
                               options: globalOptions + itemOptions + attributeOptions + [("new-account", "Rename: the new account.")],
                               flags: jsonFlag + synchronizableFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")])) { c in
+        try ItemSelection.require(c.arguments)
         let query = try c.itemQuery()
         var changes = try c.itemAttributes()
         if let v = c.arguments["new-account"] { changes["acct"] = .string(v) }
@@ -78,12 +80,12 @@ let commands: [Command] = [
         try c.connection().update(query, changes)
         c.printStatusJSON()
     },
-    Command(spec: CommandSpec(name: "delete", summary: "Delete every matching item.",
-                              options: globalOptions + itemOptions, flags: jsonFlag + synchronizableFlag)) { c in
-        try c.connection().delete(try c.itemQuery())
-        c.printStatusJSON()
+    Command(spec: CommandSpec(name: "delete", summary: "Delete the matching items (every item only with --all) and say how many.",
+                              options: globalOptions + itemOptions,
+                              flags: jsonFlag + synchronizableFlag + [("all", "Delete every item (of --class, --access-group, --synchronizable if given); without a class both password classes.")])) { c in
+        try DeleteCommand.run(c)
     },
-    Command(spec: CommandSpec(name: "list", summary: "List matching items' attributes (never secrets).",
+    Command(spec: CommandSpec(name: "list", summary: "List matching passwords' attributes, never secrets (without --class: generic and internet passwords).",
                               options: globalOptions + itemOptions, flags: jsonFlag + synchronizableFlag)) { c in
         try ListCommand.run(c)
     },
