@@ -1,27 +1,65 @@
 import KeychainClient
 import KeychainModel
 
+/// `keychain list`: the password items' attributes, never their secrets. Without --class it
+/// shows both password classes with a CLASS column; the columns follow the class (an internet
+/// password has a server, protocol, port and path, not a service). Keys and certificates have
+/// `key list` and `cert list`. Every cell is escaped (ControlEscaping); JSON is not (its
+/// strings are escaped by JSON itself).
 enum ListCommand {
     static func run(_ c: Context) throws {
-        var query = try c.itemQuery()
-        query["r_Attributes"] = .bool(true)
-        query["m_Limit"] = .string("m_LimitAll")
-        let rows = try matching(query, c.connection())
+        let connection = try c.connection()
+        var rows: [(internet: Bool, attributes: AttributeDictionary)] = []
+        for var query in try c.passwordQueries() {
+            query["r_Attributes"] = .bool(true)
+            query["m_Limit"] = .string("m_LimitAll")
+            let internet = query["class"] == .string("inet")
+            rows += try matching(query, connection).map { (internet: internet, attributes: $0) }
+        }
         if c.json {
-            Output.line(JSON.array(rows))
+            Output.line(JSON.array(rows.map(\.attributes)))
             return
         }
-        let header = ["SERVICE", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
-        let table = rows.map { a -> [String] in
-            [text(a[c.isInternetPassword ? "srvr" : "svce"]), text(a["acct"]), text(a["agrp"]),
-             Accessible.name(ofPdmn: text(a["pdmn"])) + (a["sync"] == .int(1) ? " (synced)" : ""), text(a["labl"]), text(a["mdat"])]
-        }
+        let layout: Layout = c.spansPasswordClasses ? .both : c.isInternetPassword ? .internet : .generic
+        let table = rows.map { layout.cells($0.attributes, internet: $0.internet).map(ControlEscaping.escaped) }
+        let header = layout.header
         let widths = header.indices.map { i in ([header[i]] + table.map { $0[i] }).map(\.count).max()! }
         for row in [header] + table {
             Output.line(row.enumerated().map { i, cell in
                 i == row.count - 1 ? cell : cell.padding(widths[i] + 1)
             }.joined(separator: " "))
         }
+    }
+
+    /// The columns of one listing.
+    enum Layout {
+        case generic, internet, both
+
+        var header: [String] {
+            switch self {
+            case .generic: ["SERVICE", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
+            case .internet: ["SERVER", "PROTOCOL", "PORT", "PATH", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
+            case .both: ["CLASS", "SERVICE/SERVER", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
+            }
+        }
+
+        func cells(_ a: AttributeDictionary, internet: Bool) -> [String] {
+            let text = ListCommand.text
+            let common = [text(a["acct"]), text(a["agrp"]), accessible(a), text(a["labl"]), text(a["mdat"])]
+            switch self {
+            case .generic: return [text(a["svce"])] + common
+            case .internet: return [text(a["srvr"]), InternetProtocol.name(text(a["ptcl"])), port(a), text(a["path"])] + common
+            case .both:
+                return [internet ? "internet-password" : "generic-password", text(a[internet ? "srvr" : "svce"])] + common
+            }
+        }
+
+        func accessible(_ a: AttributeDictionary) -> String {
+            Accessible.name(ofPdmn: ListCommand.text(a["pdmn"])) + (a["sync"] == .int(1) ? " (synced)" : "")
+        }
+
+        /// 0 is "no port" in SecItem.
+        func port(_ a: AttributeDictionary) -> String { a["port"] == .int(0) ? "" : ListCommand.text(a["port"]) }
     }
 
     /// Every match's attributes; none is an empty list, not an error.

@@ -167,6 +167,18 @@ struct CLITests {
         #expect(try d.cli(["status"]).text.contains("passcode: true"))
     }
 
+    /// docs/cli.md, "Escaping": the same escapes whether standard output is a terminal or not.
+    @Test func listEscapesOnATerminalAsOnAPipe() throws {
+        let d = try RunningDaemon()
+        _ = try d.cli(["add", "--service", "s", "--account", "a", "--label", "\u{1B}]0;owned\u{07}\u{202E}"], input: bytes("x"))
+        let escaped = #"\x1B]0;owned\x07\u{202E}"#
+        #expect(try d.cli(["list"]).text.contains(escaped))
+        let terminal = try onTerminal(d, "list", typing: [])
+        #expect(terminal.status == Exit.success)
+        #expect(terminal.text.contains(escaped))
+        #expect(!terminal.text.contains("\u{1B}]0"))
+    }
+
     @Test func passcodeChangeAndRemoveReadOneLinePerPasscode() throws {
         let d = try RunningDaemon()
         _ = try d.cli(["add"] + item, input: bytes("x"))
