@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The CLI's own argument parser. ArgumentParser's reflection-based parsing cost ~3 ms per
 /// process, more than the rest of a `keychain get` put together; this table-driven parser
 /// costs microseconds (docs/performance.md).
@@ -103,5 +107,31 @@ struct Arguments {
 extension String {
     func padding(_ width: Int) -> String {
         count >= width ? self + " " : self + String(repeating: " ", count: width - count)
+    }
+}
+
+/// The process's arguments, each checked to be UTF-8. Swift's CommandLine.arguments repairs
+/// bad bytes to U+FFFD, so `svc\xff` and `svc\xfe` became the same service: a name that is
+/// not UTF-8 is refused instead, naming the argument and the byte (never the argument's text).
+enum RawArguments {
+    static func utf8() throws(UsageError) -> [String] {
+        var decoded: [String] = []
+        for index in 1..<Int(CommandLine.argc) {
+            guard let pointer = CommandLine.unsafeArgv[index] else { break }
+            let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))
+            decoded.append(try decode(Array(bytes), position: index))
+        }
+        return decoded
+    }
+
+    /// One argument's bytes as a String, or the usage error naming argument `position` (1 is
+    /// the first after the command name) and its first byte that is not UTF-8.
+    static func decode(_ bytes: [UInt8], position: Int) throws(UsageError) -> String {
+        if let text = String(validating: bytes, as: UTF8.self) { return text }
+        // The longest prefix that decodes ends where the bad sequence starts.
+        var offset = bytes.count
+        while offset > 0 && String(validating: bytes[..<offset], as: UTF8.self) == nil { offset -= 1 }
+        let byte = String(bytes[offset], radix: 16, uppercase: true)
+        throw UsageError(message: "argument \(position) is not UTF-8 (byte 0x\(byte.count == 1 ? "0" + byte : byte) at offset \(offset)): names, labels and options must be UTF-8 text")
     }
 }

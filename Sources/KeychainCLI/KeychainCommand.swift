@@ -10,7 +10,11 @@ public enum KeychainCommand {
 
     /// Runs the command line and exits with its status.
     public static func main() -> Never {
-        exit(run(Array(CommandLine.arguments.dropFirst())))
+        do {
+            exit(run(try RawArguments.utf8()))
+        } catch {
+            exit(usage(error.message, spec: nil))
+        }
     }
 
     /// Runs one invocation; returns the exit status.

@@ -3,7 +3,7 @@ import KeychainModel
 import Testing
 
 /// get, update and delete act only on items the command names; delete says how many it
-/// removed (issue 24).
+/// removed; arguments that are not UTF-8 are refused (issue 24).
 @Suite("The keychain CLI's item selection", .serialized)
 struct CLISelectionTests {
     let item = ["--service", "api.example.com", "--account", "alice"]
@@ -92,5 +92,22 @@ struct CLISelectionTests {
         #expect(r.text.hasPrefix("deleted at least 1 item:"))
         #expect(try d.cli(["unlock"], input: bytes("1234\n")).status == Exit.success)
         #expect(try d.cli(["get"] + item).status == Exit.notFound)
+    }
+
+    /// Runs the CLI through sh, whose printf makes the bytes no Swift String can carry.
+    func cliWithRawArguments(_ d: RunningDaemon, _ script: String) throws -> CLIResult {
+        try d.cli(["-c", script, Binaries.keychain], executable: "/bin/sh")
+    }
+
+    @Test func anArgumentThatIsNotUTF8IsRefusedNamingItsPositionAndByte() throws {
+        let d = try RunningDaemon()
+        let r = try cliWithRawArguments(d, #"printf x | exec "$0" add --service "$(printf 'svc\377')" --account a"#)
+        #expect(r.status == Exit.usage)
+        #expect(r.stderr.contains("argument 3 is not UTF-8 (byte 0xFF at offset 3)"))
+        // Two names that differ only in their bad bytes were once the same item (U+FFFD).
+        let other = try cliWithRawArguments(d, #"exec "$0" get --service "$(printf 'svc\376')" --account a"#)
+        #expect(other.status == Exit.usage)
+        #expect(other.stderr.contains("byte 0xFE"))
+        #expect(try d.cli(["list", "--json"]).text.trimmingCharacters(in: .whitespacesAndNewlines) == "[]")
     }
 }
