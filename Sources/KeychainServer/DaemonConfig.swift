@@ -61,10 +61,41 @@ public struct DaemonConfig: Sendable, Equatable {
         }
     }
 
+    /// Reads and checks a config file. A file that cannot be read says why (strerror); one
+    /// that is not UTF-8 names the line, column and byte, as any other mistake in it does.
+    public static func load(path: String) throws(KeychainError) -> DaemonConfig {
+        let bytes: [UInt8]
+        do {
+            bytes = try readFile(path)
+        } catch {
+            throw error.keychainError("cannot read config file \(path)")
+        }
+        do {
+            return try parse(utf8: bytes)
+        } catch {
+            throw KeychainError(.param, "\(path): \(error)")
+        }
+    }
+
+    /// The file's bytes, up to one past the TOML decoder's limit (which it then reports).
+    static func readFile(_ path: String) throws(SystemCallError) -> [UInt8] {
+        let fd = try SystemCall.open(path, O_RDONLY | O_CLOEXEC)
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: TOMLDecoder.maxBytes + 1)
+        let read = bytes.withUnsafeMutableBytes { b in Result { () throws(SystemCallError) in try SystemCall.readFully(fd, into: b) } }
+        let count = try read.get()
+        bytes.removeSubrange(count...)
+        return bytes
+    }
+
     public static func parse(_ text: String) throws(ParseError) -> DaemonConfig {
+        try parse(utf8: Array(text.utf8))
+    }
+
+    public static func parse(utf8 bytes: [UInt8]) throws(ParseError) -> DaemonConfig {
         let document: TOMLTable
         do {
-            document = try TOMLDecoder.decode(text)
+            document = try TOMLDecoder.decode(utf8: bytes)
         } catch {
             throw ParseError(line: error.line, column: error.column, message: error.message)
         }

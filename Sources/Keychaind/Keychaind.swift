@@ -130,13 +130,6 @@ struct Keychaind: ParsableCommand {
 extension Keychaind {
     /// Reads and validates a config file; the error names the file and the line.
     static func load(_ path: String) throws -> DaemonConfig {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw KeychainError(.io, "cannot read config file \(path)")
-        }
-        do {
-            return try DaemonConfig.parse(text)
-        } catch {
-            throw KeychainError(.param, "\(path): \(error)")
-        }
+        try DaemonConfig.load(path: path)
     }
 }

@@ -100,17 +100,24 @@ private struct DocumentReader {
             case 0xF0: (length, low, high) = (4, 0x90, 0xBF)
             case 0xF4: (length, low, high) = (4, 0x80, 0x8F)
             case 0xF1...0xF3: (length, low, high) = (4, 0x80, 0xBF)
-            default: throw TOMLError("invalid UTF-8", at: position(at: i))
+            default: throw TOMLError(Self.notUTF8(c), at: position(at: i))
             }
             guard i + length <= bytes.count, bytes[i + 1] >= low, bytes[i + 1] <= high,
                   bytes[(i + 2)..<(i + length)].allSatisfy({ $0 & 0xC0 == 0x80 }) else {
-                throw TOMLError("invalid UTF-8", at: position(at: i))
+                throw TOMLError(Self.notUTF8(c), at: position(at: i))
             }
             i += length
         }
         line = 1
         lineStart = 0
         columnMark = (0, 1)
+    }
+
+    /// Names the byte that starts the bad sequence: a config saved as Latin-1 shows which
+    /// character to retype.
+    static func notUTF8(_ byte: UInt8) -> String {
+        let hex = String(byte, radix: 16, uppercase: true)
+        return "invalid UTF-8 (byte 0x\(hex.count == 1 ? "0" + hex : hex)): the file must be UTF-8"
     }
 
     // MARK: Lines, whitespace, comments

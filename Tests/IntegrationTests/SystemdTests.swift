@@ -181,6 +181,16 @@ struct SystemdTests {
         #expect(d.log.contains("config reloaded"))
     }
 
+    @Test func aConfigFileThatIsNotUTF8IsRefusedNamingTheLineAndByte() throws {
+        let d = try RunningDaemon(start: false)
+        let path = d.root + "/latin1.toml"
+        FileManager.default.createFile(atPath: path, contents: Data(Array("log_level = \"info\"\n# caf".utf8) + [0xE9, 0x0A]))
+        let r = try refusedStart(["--state-dir", d.stateDirectory, "--socket", d.socketPath, "--config", path])
+        #expect(r.status == 78)
+        #expect(r.stderr.contains("\(path): line 2, column 6: invalid UTF-8 (byte 0xE9)"))
+        #expect(!r.stderr.contains("cannot read config file"))
+    }
+
     @Test func aDefaultConfigFileWithAnErrorIsReportedAsOne() throws {
         let d = try RunningDaemon(start: false)
         let conf = d.root + "/etc"

@@ -1,5 +1,6 @@
 import Foundation
 import KeychainCrypto
+import KeychainModel
 import Testing
 @testable import KeychainServer
 
@@ -183,6 +184,44 @@ struct DaemonConfigTests {
             #expect(error.line == 2)
             #expect(error.column == 15)
             #expect(error.description.hasPrefix("line 2, column 15: "))
+        }
+    }
+
+    /// A file in a temporary directory, removed with it.
+    func withConfigFile(_ bytes: [UInt8], mode: mode_t = 0o600, _ body: (String) throws -> Void) throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("config-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/keychaind.toml"
+        _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        chmod(path, mode)
+        try body(path)
+    }
+
+    @Test func aFileThatIsNotUTF8NamesTheFileLineColumnAndByte() throws {
+        try withConfigFile(Array("log_level = \"info\"\n# caf".utf8) + [0xE9] + Array("\n".utf8)) { path in
+            let error = #expect(throws: KeychainError.self) { try DaemonConfig.load(path: path) }
+            #expect(error?.status == .param)
+            #expect(error?.message == "\(path): line 2, column 6: invalid UTF-8 (byte 0xE9): the file must be UTF-8")
+        }
+    }
+
+    @Test func aFileThatCannotBeReadSaysWhy() throws {
+        let missing = "/nonexistent-\(getpid())/keychaind.toml"
+        let error = #expect(throws: KeychainError.self) { try DaemonConfig.load(path: missing) }
+        #expect(error?.message == "cannot read config file \(missing): No such file or directory")
+        try withConfigFile([]) { path in
+            let dir = (path as NSString).deletingLastPathComponent
+            let error = #expect(throws: KeychainError.self) { try DaemonConfig.load(path: dir) }
+            #expect(error?.message == "cannot read config file \(dir): Is a directory")
+        }
+    }
+
+    @Test func aFileIsReadByteForByte() throws {
+        try withConfigFile(Array("log_level = \"debug\"\nstate_dir = \"/srv/caf\u{E9}\"\n".utf8)) { path in
+            let config = try DaemonConfig.load(path: path)
+            #expect(config.logLevel == "debug")
+            #expect(config.stateDirectory == "/srv/caf\u{E9}")
         }
     }
 

@@ -80,7 +80,8 @@ struct DecoderTests {
             try TOMLDecoder.decode(utf8: Array("a = 1\n# ".utf8) + [0xC0, 0x80] + Array("\n".utf8))
         }
         #expect(error?.line == 2)
-        #expect(error?.message == "invalid UTF-8")
+        #expect(error?.column == 3)
+        #expect(error?.message == "invalid UTF-8 (byte 0xC0): the file must be UTF-8")
     }
 
     @Test func keysKeepTheOrderOfTheDocument() throws {
