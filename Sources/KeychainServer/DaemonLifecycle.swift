@@ -81,8 +81,9 @@ public protocol LifecycleService: AnyObject {
 /// turns each event into a reload, a lock or the shutdown, announcing each phase. Runs on the
 /// thread that calls `run` (the main thread), which is also the one that waits for signals.
 public struct DaemonLifecycle {
-    /// The config file SIGHUP reloads, if the daemon was started with one.
-    let configPath: String?
+    /// The config file SIGHUP reads: --config or $KEYCHAIND_CONFIG, else the default path,
+    /// looked at again on each SIGHUP so that a file written after the start is read.
+    let configFile: ConfigFile
     let loadConfig: (String) throws -> DaemonConfig
     let observers: [any ReadinessObserver]
     let logger: Logger
@@ -96,10 +97,10 @@ public struct DaemonLifecycle {
     /// The default `stopDeadlineSeconds`.
     public static let defaultStopDeadlineSeconds = 30.0
 
-    public init(configPath: String?, loadConfig: @escaping (String) throws -> DaemonConfig,
+    public init(configFile: ConfigFile, loadConfig: @escaping (String) throws -> DaemonConfig,
                 observers: [any ReadinessObserver], logger: Logger,
                 stopDeadlineSeconds: Double = DaemonLifecycle.defaultStopDeadlineSeconds) {
-        self.configPath = configPath
+        self.configFile = configFile
         self.loadConfig = loadConfig
         self.observers = observers
         self.logger = logger
@@ -127,15 +128,17 @@ public struct DaemonLifecycle {
         stop(service)
     }
 
+    /// A reload is always announced (RELOADING=1, then READY=1): `systemctl reload` waits
+    /// for them, also when there is no file to read.
     private func reload(_ service: some LifecycleService) {
-        guard let path = configPath else {
-            logger.notice("SIGHUP: no --config file to reload")
-            return
-        }
         announce(.reloading)
         defer { announce(.ready) }
+        guard configFile.shouldRead else {
+            logger.notice("SIGHUP: no config file at \(configFile.path); keeping the running config")
+            return
+        }
         do {
-            try service.reload(try loadConfig(path), source: path)
+            try service.reload(try loadConfig(configFile.path), source: configFile.path)
         } catch {
             logger.error("config reload failed, keeping the running one: \(error)")
         }

@@ -106,7 +106,7 @@ struct Keychaind: ParsableCommand {
         if let notification = ServiceNotification(environment: environment.variables) {
             observers.append(notification)
         }
-        let lifecycle = DaemonLifecycle(configPath: loadedPath, loadConfig: Self.load, observers: observers, logger: logger)
+        let lifecycle = DaemonLifecycle(configFile: file, loadConfig: Self.load, observers: observers, logger: logger)
         let daemon: KeychainServer
         do {
             if handed == nil && socket == nil && daemonConfig.socketPath == nil {

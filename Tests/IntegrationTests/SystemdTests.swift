@@ -181,6 +181,32 @@ struct SystemdTests {
         #expect(d.log.contains("config reloaded"))
     }
 
+    /// Started with no config file, keychaind once ignored SIGHUP (no RELOADING=1, and a file
+    /// written later was never read). Each SIGHUP is announced, and the default path is
+    /// looked at again. READY=1 follows the reload, so the log already holds its outcome.
+    @Test func aDefaultConfigFileWrittenAfterTheStartIsReadOnSIGHUPAndEachReloadIsAnnounced() throws {
+        let d = try RunningDaemon(start: false)
+        let conf = d.root + "/etc"
+        try FileManager.default.createDirectory(atPath: conf, withIntermediateDirectories: false)
+        let notify = d.root + "/notify"
+        let listener = try DatagramListener(path: notify)
+        defer { listener.close() }
+        let p = try launch(d, ["--state-dir", d.stateDirectory, "--socket", d.socketPath],
+                           environment: ["CONFIGURATION_DIRECTORY": conf, "NOTIFY_SOCKET": notify])
+        defer { _ = stop(p) }
+        #expect(listener.next()?.first == "READY=1")
+        kill(p.processIdentifier, SIGHUP)
+        #expect(listener.next()?.first == "RELOADING=1")
+        #expect(listener.next()?.first == "READY=1")
+        #expect(d.log.contains("SIGHUP: no config file at \(conf)/keychaind.toml"))
+        #expect(!d.log.contains("config reloaded"))
+        try "unknown_callers = \"private-group\"\n".write(toFile: conf + "/keychaind.toml", atomically: true, encoding: .utf8)
+        kill(p.processIdentifier, SIGHUP)
+        #expect(listener.next()?.first == "RELOADING=1")
+        #expect(listener.next()?.first == "READY=1")
+        #expect(d.log.contains("unknown callers: private-group"))
+    }
+
     @Test func aConfigFileThatIsNotUTF8IsRefusedNamingTheLineAndByte() throws {
         let d = try RunningDaemon(start: false)
         let path = d.root + "/latin1.toml"

@@ -75,17 +75,24 @@ struct DaemonLifecycleTests {
     }
 
     /// Runs a lifecycle over `events`; returns the journal and how many events it took.
-    func run(_ events: [LifecycleEvent], configPath: String? = "/etc/k.toml", reloadFails: Bool = false,
+    func run(_ events: [LifecycleEvent], configFile: ConfigFile = ConfigFile(path: "/etc/k.toml", required: true),
+             reloadFails: Bool = false,
              load: @escaping (String) throws -> DaemonConfig = { _ in try DaemonConfig.parse("log_level = \"debug\"\n") })
         -> (journal: [String], taken: Int) {
+        var script = ScriptedEvents(remaining: events)
+        let journal = run(&script, configFile: configFile, reloadFails: reloadFails, load: load)
+        return (journal, script.taken)
+    }
+
+    func run(_ events: inout some LifecycleEvents, configFile: ConfigFile, reloadFails: Bool = false,
+             load: @escaping (String) throws -> DaemonConfig) -> [String] {
         let journal = Journal()
         let service = RecordingService(journal)
         service.reloadFails = reloadFails
-        var script = ScriptedEvents(remaining: events)
-        let lifecycle = DaemonLifecycle(configPath: configPath, loadConfig: load,
+        let lifecycle = DaemonLifecycle(configFile: configFile, loadConfig: load,
                                         observers: [RecordingObserver(journal: journal)], logger: Logger(label: "test"))
-        lifecycle.run(service, events: &script)
-        return (journal.all, script.taken)
+        lifecycle.run(service, events: &events)
+        return journal.all
     }
 
     @Test func readyIsAnnouncedOnceServingHasStartedAndBeforeAnyEvent() {
@@ -103,7 +110,7 @@ struct DaemonLifecycleTests {
         let service = WedgedService()
         defer { service.released.signal() }
         var script = ScriptedEvents(remaining: [.stop(signal: SIGTERM)])
-        let lifecycle = DaemonLifecycle(configPath: nil, loadConfig: { _ in try DaemonConfig.parse("") }, observers: [],
+        let lifecycle = DaemonLifecycle(configFile: ConfigFile(path: "/nonexistent/keychaind.toml", required: false), loadConfig: { _ in try DaemonConfig.parse("") }, observers: [],
                                         logger: Logger(label: "test") { _ in JournalLogHandler(journal: journal) },
                                         stopDeadlineSeconds: 0.2)
         lifecycle.run(service, events: &script)  // returns although the service never stops
@@ -113,7 +120,7 @@ struct DaemonLifecycleTests {
     @Test func aStopThatFinishesInTimeLogsNoDeadline() {
         let journal = Journal()
         var script = ScriptedEvents(remaining: [.stop(signal: SIGTERM)])
-        let lifecycle = DaemonLifecycle(configPath: nil, loadConfig: { _ in try DaemonConfig.parse("") }, observers: [],
+        let lifecycle = DaemonLifecycle(configFile: ConfigFile(path: "/nonexistent/keychaind.toml", required: false), loadConfig: { _ in try DaemonConfig.parse("") }, observers: [],
                                         logger: Logger(label: "test") { _ in JournalLogHandler(journal: journal) })
         lifecycle.run(RecordingService(journal), events: &script)
         #expect(journal.all.last == "stopped")
@@ -146,9 +153,35 @@ struct DaemonLifecycleTests {
         #expect(journal.last == "stopped")
     }
 
-    @Test func withoutAConfigFileAReloadDoesNothingAndAnnouncesNothing() {
-        let (journal, _) = run([.reload, .stop(signal: SIGTERM)], configPath: nil)
-        #expect(journal == ["start", "announce ready", "announce stopping", "shutdown", "stopped"])
+    @Test func withoutAConfigFileAReloadReadsNothingYetAnnouncesReloadingThenReady() {
+        let absent = ConfigFile(path: "/nonexistent-\(getpid())/keychaind.toml", required: false)
+        let (journal, _) = run([.reload, .stop(signal: SIGTERM)], configFile: absent)
+        #expect(journal == ["start", "announce ready", "announce reloading", "announce ready",
+                            "announce stopping", "shutdown", "stopped"])
+    }
+
+    /// Writes the default config file when the second reload is taken, as an operator who
+    /// started keychaind without one and wrote it later.
+    struct WritesTheFileBeforeTheSecondReload: LifecycleEvents {
+        let path: String
+        var remaining: [LifecycleEvent] = [.reload, .reload, .stop(signal: SIGTERM)]
+        mutating func next() -> LifecycleEvent? {
+            if remaining.count == 2 { _ = FileManager.default.createFile(atPath: path, contents: Data("log_level = \"debug\"\n".utf8)) }
+            return remaining.isEmpty ? nil : remaining.removeFirst()
+        }
+    }
+
+    @Test func aDefaultConfigFileWrittenAfterTheStartIsReadOnTheNextReload() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("lifecycle-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var events = WritesTheFileBeforeTheSecondReload(path: dir + "/keychaind.toml")
+        let journal = run(&events, configFile: ConfigFile(path: dir + "/keychaind.toml", required: false),
+                          load: { path in try DaemonConfig.load(path: path) })
+        #expect(journal == ["start", "announce ready",
+                            "announce reloading", "announce ready",
+                            "announce reloading", "reload \(dir)/keychaind.toml log_level=debug", "announce ready",
+                            "announce stopping", "shutdown", "stopped"])
     }
 
     @Test func aLockEventLocksTheServiceAndKeepsItServing() {
