@@ -1,7 +1,7 @@
 # The two commands of README.md: `make run` and `make test`. Both install what they need.
 SWIFT ?= swift
 
-.PHONY: deps build run test fuzz bench clean man install uninstall deb check-package
+.PHONY: deps build run test fuzz bench clean man install install-files uninstall deb check-package
 
 # Where `make install` puts things; DESTDIR stages them (packaging). Units go to
 # PREFIX/lib/systemd (systemd reads /usr/local/lib/systemd too); the config goes to
@@ -77,7 +77,13 @@ $(GENERATED)/man/%: man/%.scd
 SUBSTITUTE = sed -e 's|@BINDIR@|$(BINDIR)|g' \
 	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g'
 
+# Every file gets its mode from here, not from the caller's umask: under umask 000 the
+# shell's `>` made world-writable completion scripts. Each file's mode is set with install -m
+# or chmod; the sub-make's umask 022 also closes the moment between `>` and chmod.
 install: deps man
+	umask 022 && $(MAKE) --no-print-directory install-files
+
+install-files:
 	for product in $(PRODUCTS); do $(SWIFT) build $(SWIFT_BUILD_FLAGS) --product $$product || exit 1; done
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/keychaind $(DESTDIR)$(DOCDIR) $(DESTDIR)$(BASHCOMPDIR) \
@@ -99,6 +105,7 @@ install: deps man
 	$(BUILT)/keychain completion bash > $(DESTDIR)$(BASHCOMPDIR)/keychain
 	$(BUILT)/keychain completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_keychain
 	$(BUILT)/keychain completion fish > $(DESTDIR)$(FISHCOMPDIR)/keychain.fish
+	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/keychain $(DESTDIR)$(ZSHCOMPDIR)/_keychain $(DESTDIR)$(FISHCOMPDIR)/keychain.fish
 
 # Removes what install put there, except the config file (it may hold local changes).
 uninstall:
