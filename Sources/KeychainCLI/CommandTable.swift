@@ -16,7 +16,7 @@ let globalOptions: [(name: String, help: String)] = [
 ]
 let jsonFlag: [(name: String, help: String)] = [("json", "Machine-readable JSON output.")]
 private let itemOptions: [(name: String, help: String)] = [
-    ("class", "generic-password (default) or internet-password."),
+    ("class", "generic-password or internet-password (default: generic-password; list and delete: both)."),
     ("service", "Service (generic passwords)."),
     ("account", "Account."),
     ("server", "Server (internet passwords)."),
