@@ -81,10 +81,9 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ]
         ),
-        // CSodium: StateInventory compares credential keys in constant time (sodium_memcmp).
         .target(
             name: "KeychainStore",
-            dependencies: ["CSodium", "KeychainModel", "KeychainCrypto", "KeychainStorage", "KeychainCertificates"]
+            dependencies: ["KeychainModel", "KeychainCrypto", "KeychainStorage", "KeychainCertificates"]
         ),
         // Linux calls Swift's Glibc module lacks (SO_PEERCRED, prctl, eventfd): used by the daemon, the
         // ssh-agent and KeychainSync.

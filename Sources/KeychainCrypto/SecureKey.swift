@@ -81,4 +81,10 @@ public final class SecureKey: @unchecked Sendable, ContiguousByteBuffer {
     }
 
     public var count: Int { Self.byteCount }
+
+    /// Whether `other` holds the same bytes, compared in constant time without copying either
+    /// key out of guarded memory.
+    public func isEqual(toKey other: SecureKey) -> Bool {
+        withUnsafeBytes { a in other.withUnsafeBytes { b in sodium_memcmp(a.baseAddress!, b.baseAddress!, Self.byteCount) == 0 } }
+    }
 }

@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import CSodium
 import KeychainCrypto
 import KeychainModel
 
@@ -73,10 +72,7 @@ struct StateInventory {
         guard Self.size(plain) != nil else { return }
         let stateKey = try DeviceKeyFile.loadExisting(path: plain)
         let credentialKey = try DeviceKeyFile.loadCredential(path: credential)
-        let same = stateKey.withUnsafeBytes { a in
-            credentialKey.withUnsafeBytes { b in sodium_memcmp(a.baseAddress!, b.baseAddress!, SecureKey.byteCount) == 0 }
-        }
-        guard same else {
+        guard stateKey.isEqual(toKey: credentialKey) else {
             throw KeychainError(.decode, "the device key credential \(credential) differs from \(plain): keychaind will not guess which one this keychain is sealed with. If the credential was sealed from this keychain's key, remove \(plain) (keep a backup); otherwise seal \(plain) into the credential again (docs/security.md, \"The device key as a systemd credential\").")
         }
     }
