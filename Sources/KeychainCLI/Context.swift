@@ -9,10 +9,11 @@ struct Context {
     let trustUID: String?
     let json: Bool
 
-    init(_ arguments: Arguments, leadingSocket: String?) throws(UsageError) {
+    /// `leading`: the global options given before the command.
+    init(_ arguments: Arguments, leading: [String: String] = [:]) throws(UsageError) {
         self.arguments = arguments
-        socket = arguments["socket"] ?? leadingSocket
-        trustUID = arguments["trust-uid"]
+        socket = arguments["socket"] ?? leading["socket"]
+        trustUID = arguments["trust-uid"] ?? leading["trust-uid"]
         json = arguments.has("json")
     }
 

@@ -20,15 +20,16 @@ public enum KeychainCommand {
     /// Runs one invocation; returns the exit status.
     static func run(_ argv: [String]) -> Int32 {
         var args = argv[...]
-        // `keychain --socket PATH <command>`: the leading form of the global option.
-        var leadingSocket: String?
-        if let first = args.first, first == "--socket" || first.hasPrefix("--socket=") {
-            if first == "--socket" {
-                guard args.count >= 2 else { return usage("--socket needs a value", spec: nil) }
-                leadingSocket = args[args.startIndex + 1]
+        // `keychain --socket PATH --trust-uid USER <command>`: the leading form of the global
+        // options, which the command's own options override.
+        var leading: [String: String] = [:]
+        while let first = args.first, let name = globalOptions.map(\.name).first(where: { first == "--" + $0 || first.hasPrefix("--\($0)=") }) {
+            if first == "--" + name {
+                guard args.count >= 2 else { return usage("--\(name) needs a value", spec: nil) }
+                leading[name] = args[args.startIndex + 1]
                 args = args.dropFirst(2)
             } else {
-                leadingSocket = String(first.dropFirst("--socket=".count))
+                leading[name] = String(first.dropFirst("--\(name)=".count))
                 args = args.dropFirst()
             }
         }
@@ -74,7 +75,7 @@ public enum KeychainCommand {
                 Output.line(command.spec.usage)
                 return ExitStatus.success
             }
-            let context = try Context(parsed, leadingSocket: leadingSocket)
+            let context = try Context(parsed, leading: leading)
             return context.run(command.body)
         } catch {
             return usage(error.message, spec: command.spec)

@@ -47,14 +47,17 @@ public struct ServerTrust: Sendable, Equatable {
         uids = Set([0, getuid()] + (named.map { [$0] } ?? []))
     }
 
-    /// `explicit` if given, else KEYCHAIN_TRUST_UID, else nobody extra. A numeric uid only:
-    /// the CLI and git helper are static binaries, where glibc's user lookup is unreliable.
-    /// A value that is not a uid is an error, not a silent fallback.
+    /// `explicit` if given, else KEYCHAIN_TRUST_UID, else nobody extra: a numeric uid or a
+    /// user name of /etc/passwd (the package's daemon runs as `keychaind`, whose uid differs
+    /// between machines). /etc/passwd is read directly: the CLI and git helper are static
+    /// binaries, where glibc's NSS lookup is unreliable, so users known only to LDAP or
+    /// systemd-homed need their uid. A value that names nobody is an error, not a silent
+    /// fallback.
     public static func resolve(_ explicit: String? = nil) throws(KeychainError) -> ServerTrust {
         let given = explicit ?? DefaultPaths.env(environmentVariable)
         guard let given else { return ServerTrust() }
-        guard let uid = UInt32(given) else {
-            throw KeychainError(.param, "\(explicit == nil ? environmentVariable : "--trust-uid") is \"\(given)\", which is not a numeric uid")
+        guard let uid = UInt32(given) ?? passwdEntries().first(where: { $0.name == given })?.uid else {
+            throw KeychainError(.param, "\(explicit == nil ? environmentVariable : "--trust-uid") is \"\(given)\", which is neither a numeric uid nor a user in /etc/passwd")
         }
         return ServerTrust(named: uid)
     }
@@ -69,16 +72,21 @@ public struct ServerTrust: Sendable, Equatable {
         throw KeychainError(.serviceNotAvailable, "refusing to talk to keychaind at \(path): it is served by uid \(peer.uid) (\(Self.userName(peer.uid))), not by root or by you (uid \(getuid())); if you trust that daemon, set \(Self.environmentVariable)=\(peer.uid) or pass --trust-uid \(peer.uid)")
     }
 
-    /// The name /etc/passwd gives `uid`, for the message only (read directly: no NSS in a
-    /// static binary).
+    /// The name /etc/passwd gives `uid`, for the message only.
     static func userName(_ uid: UInt32) -> String {
-        guard let file = fopen("/etc/passwd", "re") else { return "unknown user" }
+        passwdEntries().first { $0.uid == uid }?.name ?? "unknown user"
+    }
+
+    /// The users of /etc/passwd, read directly (no NSS in a static binary).
+    static func passwdEntries() -> [(name: String, uid: UInt32)] {
+        guard let file = fopen("/etc/passwd", "re") else { return [] }
         defer { fclose(file) }
+        var entries: [(name: String, uid: UInt32)] = []
         var line = [CChar](repeating: 0, count: 4096)
         while fgets(&line, Int32(line.count), file) != nil {
             let fields = String(cString: line).split(separator: ":", omittingEmptySubsequences: false)
-            if fields.count > 2, UInt32(fields[2]) == uid { return String(fields[0]) }
+            if fields.count > 2, !fields[0].isEmpty, let uid = UInt32(fields[2]) { entries.append((String(fields[0]), uid)) }
         }
-        return "unknown user"
+        return entries
     }
 }
