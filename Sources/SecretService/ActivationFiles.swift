@@ -91,6 +91,14 @@ public struct ActivationFiles {
         return removed
     }
 
+    /// Has the running session bus read its service directories again, so that files just
+    /// written or removed count at once: a bus started before the user's services directory
+    /// existed watches none, and would start gnome-keyring's bridge until the next login.
+    public static func reloadSessionBus(_ bus: BusConnection) throws(KeychainError) {
+        _ = try bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                         interface: "org.freedesktop.DBus", member: "ReloadConfig")
+    }
+
     /// mkdir -p with 0755 for the directories it makes (~/.local/share may not exist yet).
     private func makeDirectories(_ path: String) throws(KeychainError) {
         var built = ""

@@ -68,8 +68,10 @@ struct SecretServiceCommand: ParsableCommand {
             // Connect before turning dumpable off: keychaind reads our executable at accept.
             _ = try keychain.status()
             _ = try promptKeychain.status()
+        } catch where error.status == .serviceNotAvailable {
+            fail(error.message)  // it names the socket and what to do itself
         } catch {
-            fail("cannot reach keychaind at \(keychain.socketPath): \(error.message)")
+            fail("keychaind at \(keychain.socketPath) refused the bridge's status call: \(error.message)")
         }
         do {
             try SecretServiceBridge.checkKeychaindAcceptsBridge(keychain)
@@ -99,28 +101,53 @@ struct SecretServiceCommand: ParsableCommand {
         }
     }
 
-    /// --enable / --disable: the activation files, then a word on what happens next.
+    /// --enable / --disable: the activation files, the session bus told to read them, and a
+    /// word on what happens next.
     private func changeActivation() {
         let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let environment = ProcessInfo.processInfo.environment
         do {
-            let files = try ActivationFiles(executable: executable, environment: ProcessInfo.processInfo.environment)
+            let files = try ActivationFiles(executable: executable, environment: environment)
             if disable {
                 let removed = try files.disable()
                 print(removed.isEmpty ? "nothing to remove in \(files.userDirectory)" : removed.map { "removed \($0)" }.joined(separator: "\n"))
+                if !removed.isEmpty { reloadSessionBus() }
                 return
             }
-            for path in try files.enable(socket: socket) { print("wrote \(path)") }
-            if files.shippedDirectory != nil {
-                // The shipped files start the systemd user unit, which the user manager may not
-                // have read yet (dpkg reloads the system manager only).
+            // The bus starts the bridge with its own environment, not this shell's: the file
+            // names the socket this shell's clients use, unless that is the default and the
+            // installed user unit (which uses the default too) can be started instead.
+            let usesDefault = socket == nil && (environment["KEYCHAIN_SOCKET"] ?? "").isEmpty
+            let written: String? = usesDefault && files.shippedDirectory != nil ? nil : KeychainConnection(socketPath: socket).socketPath
+            for path in try files.enable(socket: written) { print("wrote \(path)") }
+            if let written {
+                print("the session bus starts \(executable) --socket \(written) when a client first asks for \(SecretServiceBridge.busName)")
+            } else {
+                print("the session bus starts the systemd user unit keychain-secret-service.service (keychaind's default socket) when a client first asks for \(SecretServiceBridge.busName)")
+                // The user manager may not have read the unit yet (dpkg reloads the system manager only).
                 _ = try? runQuietly("/usr/bin/systemctl", ["--user", "daemon-reload"])
             }
+            reloadSessionBus()
             if let bus = try? BusConnection(.user), let owner = NameClaim.currentOwner(of: SecretServiceBridge.busName, on: bus),
                !owner.contains("keychain-secret-service") {
                 print("\(SecretServiceBridge.busName) is owned now by \(owner): clients reach the bridge after you log out and in again, or at once with keychain-secret-service --replace")
             }
         } catch {
             fail(error.message)
+        }
+    }
+
+    /// Tells the running session bus to read the activation files now, and says whether it did.
+    private func reloadSessionBus() {
+        guard let bus = try? BusConnection(.user) else {
+            print("no session bus is running here: the next one reads the files when it starts")
+            return
+        }
+        do {
+            try ActivationFiles.reloadSessionBus(bus)
+            print("the running session bus has read them (ReloadConfig)")
+        } catch {
+            print("the running session bus did not reload (\(error.message)): it reads the files at your next login")
         }
     }
 

@@ -84,4 +84,57 @@ struct NewcomerTests {
         #expect(r.status == Exit.usage)
         #expect(r.stderr.contains("neither a numeric uid nor a user"))
     }
+
+    private static let bridge = Binaries.directory + "/keychain-secret-service"
+
+    // MARK: keychain-secret-service --enable
+
+    @Test func enableWritesTheSocketTheCLIUsesAndTheRunningBusStartsTheBridge() throws {
+        let daemon = try RunningDaemon()
+        let dataHome = daemon.root + "/data"
+        let services = dataHome + "/dbus-1/services"
+        // The bus starts before the services directory exists, as on a new account.
+        let bus = try PrivateSystemBus(activationDirectory: services)
+        let enabled = try runExecutable(Self.bridge, ["--enable"], environment: [
+            "XDG_DATA_HOME": dataHome, "HOME": dataHome, "PATH": "/usr/bin:/bin",
+            "KEYCHAIN_SOCKET": daemon.socketPath, "DBUS_SESSION_BUS_ADDRESS": bus.address,
+        ], input: [])
+        #expect(enabled.status == 0, "\(enabled.stderr)")
+        #expect(enabled.text.contains("ReloadConfig"), "\(enabled.text)")
+        let written = try String(contentsOfFile: services + "/org.freedesktop.secrets.service", encoding: .utf8)
+        #expect(written.contains("Exec=\(Self.bridge) --socket \(daemon.socketPath)\n"))
+
+        let environment = ["DBUS_SESSION_BUS_ADDRESS": bus.address, "PATH": "/usr/bin:/bin", "HOME": daemon.root]
+        let stored = try runExecutable("/usr/bin/secret-tool", ["store", "--label", "Enabled", "service", "enable"],
+                                       environment: environment, input: bytes("at once"))
+        #expect(stored.status == 0, "\(stored.stderr)")
+        #expect(try daemon.cli(["list"]).text.contains("Enabled"))
+        let owner = try BusConnection(address: bus.address).call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetConnectionUnixProcessID", arguments: [.string("org.freedesktop.secrets")]).readUInt32()
+        kill(pid_t(owner), SIGTERM)
+    }
+
+    @Test func enableWithoutASocketWritesTheDefaultTheCLIWouldUse() throws {
+        let daemon = try RunningDaemon(start: false)
+        let dataHome = daemon.root + "/data"
+        // Not root, whose default socket is the system one: a user with XDG_RUNTIME_DIR.
+        let nobody: UInt32 = 65534
+        mkdir(dataHome, 0o700)
+        chown(dataHome, nobody, nobody)
+        let enabled = try runExecutable(Self.bridge, ["--enable"], environment: [
+            "XDG_DATA_HOME": dataHome, "HOME": dataHome, "PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": daemon.root,
+        ], input: [], asUser: nobody)
+        #expect(enabled.status == 0, "\(enabled.stderr)")
+        let written = try String(contentsOfFile: dataHome + "/dbus-1/services/org.freedesktop.secrets.service", encoding: .utf8)
+        #expect(written.contains(" --socket \(daemon.root)/keychaind.sock\n"), "\(written)")
+    }
+
+    @Test func theBridgeSaysOnceThatItCannotReachKeychaind() throws {
+        let daemon = try RunningDaemon(start: false)
+        let r = try runExecutable(Self.bridge, ["--socket", daemon.socketPath],
+                                  environment: ["PATH": "/usr/bin:/bin", "SWIFT_BACKTRACE": "enable=no"], input: [])
+        #expect(r.status == 1)
+        #expect(r.stderr.components(separatedBy: "cannot reach keychaind").count == 2, "\(r.stderr)")
+    }
 }
