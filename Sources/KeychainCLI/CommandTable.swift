@@ -30,6 +30,10 @@ private let itemOptions: [(name: String, help: String)] = [
 let synchronizableFlag: [(name: String, help: String)] = [
     ("synchronizable", "add: sync the item to this keychain's sync circle (not with a -this-device-only class). get, update, delete, list: only synced items (default: synced and local alike)."),
 ]
+/// An empty secret is mostly a mistake (an unset variable piped in, Enter at both prompts).
+private let allowEmptyFlag: [(name: String, help: String)] = [
+    ("allow-empty", "Store an empty secret (refused without it: an unset variable or two Enters are mistakes more often than not)."),
+]
 private let attributeOptions: [(name: String, help: String)] = [
     ("accessible", "when-unlocked (default), after-first-unlock, always, their -this-device-only forms, when-passcode-set-this-device-only."),
     ("label", "Label."),
@@ -38,12 +42,15 @@ private let attributeOptions: [(name: String, help: String)] = [
 
 let commands: [Command] = [
     Command(spec: CommandSpec(name: "add", summary: "Add an item; the secret comes from standard input.",
-                              options: globalOptions + itemOptions + attributeOptions, flags: jsonFlag + synchronizableFlag)) { c in
+                              options: globalOptions + itemOptions + attributeOptions, flags: jsonFlag + synchronizableFlag + allowEmptyFlag)) { c in
         var dict = try c.itemQuery(adding: true).merging(try c.itemAttributes()) { $1 }
+        let connection = try c.connection()
+        try AdditionPrecheck.check(dict, connection: connection)
         var secret = try SecretInput.secret()
         defer { explicit_bzero(&secret, secret.count) }
+        try SecretInput.refuseEmpty(secret, allowed: c.arguments.has("allow-empty"))
         dict["v_Data"] = .data(secret)
-        try c.connection().add(dict)
+        try connection.add(dict)
         c.printStatusJSON()
     },
     Command(spec: CommandSpec(name: "get", summary: "Write an item's secret to standard output, exactly (--json: attributes and the secret in base64).",
@@ -63,7 +70,7 @@ let commands: [Command] = [
     },
     Command(spec: CommandSpec(name: "update", summary: "Change matching items: a new secret from standard input, and/or attributes.",
                               options: globalOptions + itemOptions + attributeOptions + [("new-account", "Rename: the new account.")],
-                              flags: jsonFlag + synchronizableFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")])) { c in
+                              flags: jsonFlag + synchronizableFlag + allowEmptyFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")])) { c in
         try ItemSelection.require(c.arguments)
         let query = try c.itemQuery()
         var changes = try c.itemAttributes()
@@ -72,6 +79,7 @@ let commands: [Command] = [
         defer { explicit_bzero(&secret, secret.count) }
         if !c.arguments.has("keep-secret") {
             secret = try SecretInput.secret()
+            try SecretInput.refuseEmpty(secret, allowed: c.arguments.has("allow-empty"))
             changes["v_Data"] = .data(secret)
         }
         guard !changes.isEmpty else {

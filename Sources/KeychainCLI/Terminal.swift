@@ -91,6 +91,13 @@ enum SecretInput {
         return first
     }
 
+    /// Refuses an empty secret unless `allowed` (--allow-empty), saying where it came from.
+    static func refuseEmpty(_ secret: [UInt8], allowed: Bool) throws(UsageError) {
+        guard secret.isEmpty, !allowed else { return }
+        let source = stdinIsTerminal ? "nothing was typed at the prompt" : "standard input held no bytes, as when `printf '%s' \"$TOKEN\"` runs with TOKEN unset"
+        throw UsageError(message: "the secret is empty (\(source)); nothing was stored. Pass --allow-empty if an empty secret is meant")
+    }
+
     /// A new password or passcode (asked twice on a terminal, so a typo is caught before it
     /// locks anyone out), else one line of standard input.
     static func newPassword(_ label: String) throws(KeychainError) -> [UInt8] {

@@ -85,6 +85,51 @@ struct NewcomerTests {
         #expect(r.stderr.contains("neither a numeric uid nor a user"))
     }
 
+    // MARK: add: an empty secret, and what is checked before the secret is read
+
+    @Test func anEmptySecretOnStandardInputIsRefused() throws {
+        let d = try RunningDaemon()
+        let r = try d.cli(["add"] + item, input: [])
+        #expect(r.status == Exit.usage)
+        #expect(r.stderr.contains("the secret is empty") && r.stderr.contains("--allow-empty"), "\(r.stderr)")
+        #expect(try d.cli(["get"] + item).status == Exit.notFound)
+    }
+
+    @Test func allowEmptyStoresAnEmptySecret() throws {
+        let d = try RunningDaemon()
+        #expect(try d.cli(["add", "--allow-empty"] + item, input: []).status == Exit.success)
+        let got = try d.cli(["get"] + item)
+        #expect(got.status == Exit.success && got.stdout.isEmpty)
+    }
+
+    @Test func twoEntersAtThePromptAreRefused() throws {
+        let d = try RunningDaemon()
+        let r = try onTerminal(d, "add --service s --account a", typing: ["", ""])
+        #expect(r.status == Exit.usage)
+        #expect(r.text.contains("nothing was typed"), "\(r.text)")
+    }
+
+    @Test func addOnALockedKeychainFailsBeforeAskingForTheSecret() throws {
+        let d = try lockedDaemon()
+        let r = try onTerminal(d, "add --service s --account a", typing: ["typed", "typed"])
+        #expect(r.status == Exit.locked)
+        #expect(!r.text.contains("Secret:"), "\(r.text)")
+        #expect(r.text.contains("keychain unlock"))
+    }
+
+    @Test func anAlwaysItemIsAddedWhileLocked() throws {
+        let d = try lockedDaemon()
+        #expect(try d.cli(["add", "--accessible", "always"] + item, input: bytes("x")).status == Exit.success)
+    }
+
+    @Test func addToAGroupOutsideTheCallersRightsFailsBeforeAskingForTheSecret() throws {
+        let d = try RunningDaemon()
+        let r = try onTerminal(d, "add --service s --account a --access-group someone.else", typing: ["typed", "typed"])
+        #expect(r.status == Exit.denied)
+        #expect(!r.text.contains("Secret:"), "\(r.text)")
+        #expect(r.text.contains("someone.else"))
+    }
+
     private static let bridge = Binaries.directory + "/keychain-secret-service"
 
     // MARK: keychain-secret-service --enable
