@@ -104,13 +104,26 @@ let commands: [Command] = [
             Output.line(JSON.attributes(info))
             return
         }
-        for key in info.keys.sorted() {
+        // The lock state first, as a reader looks for it; then the rest in docs/cli.md's order.
+        let order = ["state", "since", "purge_in", "auto_lock_in", "passcode", "failed_attempts", "retry_after", "groups", "version"]
+        for key in info.keys.sorted(by: { (order.firstIndex(of: $0) ?? order.count, $0) < (order.firstIndex(of: $1) ?? order.count, $1) }) {
             Output.line("\(key): \(JSON.value(info[key]!).trimmingQuotes)")
         }
     },
-    Command(spec: CommandSpec(name: "lock", summary: "Lock the keychain (admin).", options: globalOptions, flags: jsonFlag)) { c in
-        try c.connection().lock()
-        c.printStatusJSON()
+    Command(spec: CommandSpec(name: "lock", summary: "Lock the keychain (admin); says how long when-unlocked items stay readable (the grace period).",
+                              options: globalOptions, flags: jsonFlag)) { c in
+        let connection = try c.connection()
+        try connection.lock()
+        // The grace period keeps when-unlocked items readable after the lock (docs/cli.md):
+        // say so, or a `get` that still answers looks like a lock that failed.
+        let purgeIn: Int64? = if case .int(let seconds)? = try? connection.status()["purge_in"] { seconds } else { nil }
+        if c.json {
+            Output.line(JSON.object([("status", "0")] + (purgeIn.map { [("purge_in", String($0))] } ?? [])))
+        } else if let purgeIn, purgeIn > 0 {
+            Output.error("locked: when-unlocked items stay readable for \(purgeIn) s more (the grace period, lock_grace_seconds); then only `keychain unlock` opens them")
+        } else {
+            Output.error("locked: when-unlocked items are unreadable until `keychain unlock`")
+        }
     },
     Command(spec: CommandSpec(name: "unlock", summary: "Unlock (admin): passcode from a no-echo prompt or one line of standard input.",
                               options: globalOptions, flags: jsonFlag)) { c in

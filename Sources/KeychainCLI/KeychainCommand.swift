@@ -125,7 +125,7 @@ public enum KeychainCommand {
 
     static var overview: String {
         var lines = [
-            "Usage: keychain [--socket PATH] <command> [options]", "",
+            "Usage: keychain [--socket PATH] [--trust-uid UID|USER] <command> [options]", "",
             "Store, find, change and delete secrets in keychaind. Secrets are read from standard",
             "input (exact bytes), or from a no-echo prompt on a terminal; never from arguments.", "",
             "Commands:",
@@ -133,6 +133,11 @@ public enum KeychainCommand {
         for c in commands { lines.append("  " + c.spec.name.padding(18) + c.spec.summary) }
         lines.append("  " + "help [COMMAND]".padding(18) + "Show the commands, or one command's options.")
         lines.append("  " + "completion SHELL".padding(18) + "Print a completion script for bash, zsh or fish.")
+        lines += ["", "Options of every command (before or after it):"]
+        for (name, help) in globalOptions { lines.append("  " + "--\(name) <value>".padding(24) + help) }
+        let withoutJSON = commands.filter { !$0.spec.accepts(flag: "json") }.map(\.spec.name)
+        lines.append("  " + "--json".padding(24) + "After the command: JSON on standard output, errors included;")
+        lines.append("  " + "".padding(24) + "not for \(withoutJSON.joined(separator: ", ")).")
         lines += ["", "Exit codes: 0 ok, 1 error, 2 not found, 3 duplicate, 4 locked, 5 access denied,",
                   "6 authentication failed, 7 keychaind unreachable, 64 usage (docs/cli.md)."]
         return lines.joined(separator: "\n")

@@ -85,6 +85,30 @@ struct NewcomerTests {
         #expect(r.stderr.contains("neither a numeric uid nor a user"))
     }
 
+    // MARK: lock, status
+
+    @Test func lockSaysHowLongWhenUnlockedItemsStayReadable() throws {
+        let d = try lockedDaemon(grace: 30)
+        _ = try d.cli(["unlock"], input: bytes("1234\n"))
+        let r = try d.cli(["lock"])
+        #expect(r.status == Exit.success)
+        #expect(r.stderr.contains("stay readable for") && r.stderr.contains("grace period"), "\(r.stderr)")
+    }
+
+    @Test func lockWithoutAGracePeriodSaysItemsAreUnreadableNow() throws {
+        let d = try RunningDaemon(config: "lock_grace_seconds = 0")
+        _ = try d.cli(["passcode", "set"], input: bytes("1234\n"))
+        let r = try d.cli(["lock"])
+        #expect(r.status == Exit.success)
+        #expect(r.stderr.contains("unreadable until `keychain unlock`"), "\(r.stderr)")
+    }
+
+    @Test func statusPrintsTheLockStateFirst() throws {
+        let d = try RunningDaemon()
+        let r = try d.cli(["status"])
+        #expect(r.text.hasPrefix("state: unlocked\n"), "\(r.text)")
+    }
+
     // MARK: add: an empty secret, and what is checked before the secret is read
 
     @Test func anEmptySecretOnStandardInputIsRefused() throws {
@@ -128,6 +152,13 @@ struct NewcomerTests {
         #expect(r.status == Exit.denied)
         #expect(!r.text.contains("Secret:"), "\(r.text)")
         #expect(r.text.contains("someone.else"))
+    }
+
+    // MARK: help and --json
+
+    @Test func helpListsTheGlobalOptions() throws {
+        let r = try runExecutable(Binaries.keychain, ["help"], environment: ["PATH": "/usr/bin:/bin"], input: [])
+        #expect(r.text.contains("--trust-uid") && r.text.contains("--json") && r.text.contains("--socket"), "\(r.text)")
     }
 
     private static let bridge = Binaries.directory + "/keychain-secret-service"
