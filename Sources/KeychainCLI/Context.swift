@@ -21,29 +21,50 @@ struct Context {
         KeychainConnection(socketPath: socket, trust: try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) })
     }
 
-    /// Runs `body`, turning a KeychainError into a message (and JSON with --json) and an exit
-    /// code, and a UsageError into exit 64.
+    /// Runs `body`, turning a KeychainError into a message and hint (with --json: only the
+    /// JSON object, so that a script reads one document) and an exit code, and a UsageError
+    /// into exit 64.
     func run(_ body: (Context) throws -> Void) -> Int32 {
         do {
             try body(self)
             return ExitStatus.success
         } catch let error as UsageError {
+            if json {
+                printErrorJSON(KeychainError(.param, error.message))
+                return ExitStatus.usage
+            }
             return KeychainCommand.usage(error.message, spec: arguments.spec)
         } catch let error as KeychainError {
             if json {
-                Output.line(JSON.object([("error", JSON.quote(error.status.name)), ("status", String(error.status.rawValue)),
-                                         ("message", JSON.quote(error.message))]))
+                printErrorJSON(error)
+                return ExitStatus.code(for: error.status)
             }
             Output.error("keychain: \(error.message) [\(error.status)]")
-            // Backup, restore and sync messages say what to do themselves; the item hints would mislead.
-            if !["backup", "restore"].contains(arguments.spec.name), !arguments.spec.name.hasPrefix("sync "), let hint = ExitStatus.hint(for: error.status) {
+            if let hint = ExitStatus.hint(for: error.status, command: arguments.spec.name, retryAfter: retryAfter(error)) {
                 Output.error("hint: \(hint)")
             }
             return ExitStatus.code(for: error.status)
         } catch {
-            Output.error("keychain: \(error)")
+            if json {
+                Output.line(JSON.object([("error", JSON.quote("error")), ("status", "1"), ("message", JSON.quote("\(error)"))]))
+            } else {
+                Output.error("keychain: \(error)")
+            }
             return ExitStatus.otherError
         }
+    }
+
+    private func printErrorJSON(_ error: KeychainError) {
+        Output.line(JSON.object([("error", JSON.quote(error.status.name)), ("status", String(error.status.rawValue)),
+                                 ("message", JSON.quote(error.message))]))
+    }
+
+    /// After a refused passcode: how long the daemon now checks none (a status call; a
+    /// throttled unlock checked nothing, so "not correct" would be wrong).
+    private func retryAfter(_ error: KeychainError) -> Int64 {
+        guard error.status == .authFailed, ExitStatus.passcodeCommands.contains(arguments.spec.name), let info = try? connection().status(),
+              case .int(let seconds)? = info["retry_after"] else { return 0 }
+        return seconds
     }
 
     func printStatusJSON() {

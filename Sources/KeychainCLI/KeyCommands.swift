@@ -18,6 +18,7 @@ enum KeyCommands {
                                   flags: jsonFlag + [
                                       ("extractable", "Let the key's bytes be read back (default: they never leave keychaind)."),
                                       ("ssh", "Offer the key to `keychain ssh-agent` (application tag \"ssh\")."),
+                                      ("allow-duplicate-label", "Make the key even if another key has this label (then sign, csr and public cannot tell them apart)."),
                                   ])) { c in
             try generate(c)
         },
@@ -73,10 +74,17 @@ enum KeyCommands {
         if let name = try c.arguments.choice("accessible", Accessible.names) {
             accessibility = Protection.allCases.first { $0.name == name } ?? .whenUnlocked
         }
-        let key = try KeychainKey.generate(type, label: try label(c), accessibility: accessibility,
+        let label = try label(c)
+        let connection = try c.connection()
+        // Keys are named by label alone: a second key of one label makes `key sign` and `csr`
+        // refuse both, and `key delete` take both.
+        if !c.arguments.has("allow-duplicate-label"), let existing = try KeychainKey.find(label: label, connection: connection).first {
+            throw KeychainError(.duplicateItem, "a key is labelled \(label) already (\(existing.type.rawValue), group \(existing.accessGroup)); no key was made")
+        }
+        let key = try KeychainKey.generate(type, label: label, accessibility: accessibility,
                                            accessGroup: c.arguments["access-group"], extractable: c.arguments.has("extractable"),
                                            applicationTag: c.arguments.has("ssh") ? KeychainKey.sshTag : nil,
-                                           connection: try c.connection())
+                                           connection: connection)
         if c.json {
             Output.line(JSON.object(summary(key)))
         } else {

@@ -11,6 +11,10 @@ import SSHAgent
 enum SSHAgentCommand {
     static func run(_ c: Context) throws {
         AgentProcess.harden()
+        // An agent in the background cannot tell anyone that keychaind is not there: ssh-add
+        // would only say "agent refused operation". Ask once, here, where the error is seen.
+        // (Its own connection, closed before the fork; the agent's connects when first used.)
+        _ = try c.connection().status()
         let socket = try AgentSocket.listen(at: c.arguments["listen"])
         let source = KeychainKeySource(connection: try c.connection())
         let foreground = c.arguments.has("foreground")

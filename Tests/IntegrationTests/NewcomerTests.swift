@@ -154,11 +154,74 @@ struct NewcomerTests {
         #expect(r.text.contains("someone.else"))
     }
 
+    // MARK: hints that name the command that fixes the situation
+
+    @Test func certGetOfAMissingLabelPointsAtCertList() throws {
+        let d = try RunningDaemon()
+        let r = try d.cli(["cert", "get", "--label", "nope"])
+        #expect(r.status == Exit.notFound)
+        #expect(r.stderr.contains("keychain cert list") && !r.stderr.contains("--service"), "\(r.stderr)")
+    }
+
+    @Test func aDuplicateCertificatePointsAtCertDeleteNotUpdate() throws {
+        let d = try RunningDaemon()
+        let der = CertificateTests.directory + "/p256.der"
+        #expect(try d.cli(["cert", "add", der, "--label", "web"]).status == Exit.success)
+        let r = try d.cli(["cert", "add", der, "--label", "web"])
+        #expect(r.status == Exit.duplicate)
+        #expect(r.stderr.contains("keychain cert delete") && !r.stderr.contains("keychain update"), "\(r.stderr)")
+    }
+
+    @Test func aThrottledUnlockDoesNotSayThePasscodeIsWrong() throws {
+        let d = try lockedDaemon()
+        for _ in 0..<5 { _ = try d.cli(["unlock"], input: bytes("wrong\n")) }
+        let r = try d.cli(["unlock"], input: bytes("1234\n"))
+        #expect(r.status == Exit.authFailed)
+        #expect(!r.stderr.contains("not correct"), "\(r.stderr)")
+        #expect(r.stderr.contains("then run `keychain unlock` again"))
+    }
+
+    // MARK: keys
+
+    @Test func keyGenerateRefusesALabelThatExists() throws {
+        let d = try RunningDaemon()
+        #expect(try d.cli(["key", "generate", "--type", "p256", "--label", "web-tls"]).status == Exit.success)
+        let again = try d.cli(["key", "generate", "--type", "p256", "--label", "web-tls"])
+        #expect(again.status == Exit.duplicate)
+        #expect(again.stderr.contains("--allow-duplicate-label"))
+        #expect(try d.cli(["key", "list"]).text.split(separator: "\n").count == 1)
+    }
+
+    @Test func allowDuplicateLabelMakesASecondKeyOfTheLabel() throws {
+        let d = try RunningDaemon()
+        _ = try d.cli(["key", "generate", "--type", "p256", "--label", "web-tls"])
+        #expect(try d.cli(["key", "generate", "--type", "p256", "--label", "web-tls", "--allow-duplicate-label"]).status == Exit.success)
+        #expect(try d.cli(["key", "list"]).text.split(separator: "\n").count == 2)
+    }
+
+    @Test func sshAgentExitsUnreachableBeforeGoingToTheBackground() throws {
+        let d = try RunningDaemon(start: false)
+        let listen = d.root + "/agent/agent.sock"
+        let r = try d.cli(["ssh-agent", "--listen", listen])
+        #expect(r.status == Exit.unreachable)
+        #expect(r.stdout.isEmpty)
+        #expect(r.stderr.contains("cannot reach keychaind"))
+        #expect(!FileManager.default.fileExists(atPath: listen))
+    }
+
     // MARK: help and --json
 
     @Test func helpListsTheGlobalOptions() throws {
         let r = try runExecutable(Binaries.keychain, ["help"], environment: ["PATH": "/usr/bin:/bin"], input: [])
         #expect(r.text.contains("--trust-uid") && r.text.contains("--json") && r.text.contains("--socket"), "\(r.text)")
+    }
+
+    @Test func aJSONErrorIsOnlyJSON() throws {
+        let d = try RunningDaemon()
+        let r = try d.cli(["get", "--json"] + item)
+        #expect(r.status == Exit.notFound)
+        #expect(r.stderr.isEmpty, "\(r.stderr)")
+        #expect(try JSONSerialization.jsonObject(with: Data(r.stdout)) is [String: Any])
     }
 
     private static let bridge = Binaries.directory + "/keychain-secret-service"
