@@ -77,12 +77,13 @@ public final class KeychainServer: LifecycleService, Sendable {
         state = Mutex(State(admission: ConnectionAdmission(
             maxConnections: configuration.maxConnections,
             maxPerUID: configuration.maxConnectionsPerUID ?? ConnectionAdmission.defaultPerUID(maxConnections: configuration.maxConnections))))
+        // A live daemon on the socket is refused before the store makes its state directory.
+        if handed == nil { try Self.claimSocketPath(configuration.socketPath) }
         let store = try ItemStore(configuration: configuration.store)
         if let handed {
             listener = handed
             ownsSocketFile = false
         } else {
-            try Self.claimSocketPath(configuration.socketPath)
             do {
                 listener = try UnixSocket.listen(path: configuration.socketPath, mode: configuration.socketMode)
             } catch {

@@ -43,16 +43,30 @@ struct Keychaind: ParsableCommand {
     /// that cannot work is not restarted in a loop.
     static let configurationExitStatus: Int32 = 78
 
+    /// A config file or variable that cannot work: its message alone, without the usage block
+    /// that bad flags get (the flags were right).
+    struct ConfigurationError: Error {
+        let message: String
+    }
+
     /// ArgumentParser's own main, except that bad flags and a bad config exit with
     /// EX_CONFIG rather than EX_USAGE.
     static func main() {
+        var command: any ParsableCommand
         do {
-            var command = try parseAsRoot()
-            try command.run()
+            command = try parseAsRoot()
         } catch {
             guard exitCode(for: error) == .validationFailure else { exit(withError: error) }
             FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
             Foundation.exit(configurationExitStatus)
+        }
+        do {
+            try command.run()
+        } catch let error as ConfigurationError {
+            FileHandle.standardError.write(Data("keychaind: \(error.message)\n".utf8))
+            Foundation.exit(configurationExitStatus)
+        } catch {
+            exit(withError: error)
         }
     }
 
@@ -68,10 +82,12 @@ struct Keychaind: ParsableCommand {
         do {
             daemonConfig = try environment.overriding(loadedPath.map(Self.load) ?? DaemonConfig())
         } catch {
-            throw ValidationError("\(error)")
+            throw ConfigurationError(message: "\(error)")
         }
+        // Refusals name the file that would change them, even one not written yet.
+        let source = loadedPath ?? "\(file.path) (absent, so the built-in defaults are in force: create it, then restart keychaind)"
         var server = daemonConfig.serverConfiguration(stateDirectory: stateDirectory, socket: socket,
-                                                      source: loadedPath ?? "the built-in defaults", defaults: environment)
+                                                      source: source, defaults: environment)
         if environment.variables["KEYCHAIND_INSECURE_FAST_KDF"] == "1" {
             server.store.argon2 = .testingOnly  // test suites only (README, "Settings for tests")
         }

@@ -181,6 +181,32 @@ struct NewcomerTests {
         #expect(r.stderr.contains("then run `keychain unlock` again"))
     }
 
+    @Test func aRefusedRootCallerIsToldTheConfigFileInForce() throws {
+        let nobody: UInt32 = 65534
+        var template = Array("/tmp/kcnew.XXXXXX".utf8CString)
+        let root = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        chmod(root, 0o755)
+        let home = root + "/home"
+        mkdir(home, 0o700)
+        chown(home, nobody, nobody)
+        let socket = home + "/s.sock"
+        chmod(home, 0o711)  // root reaches the socket; the state inside is 0700
+        let daemon = Process()
+        daemon.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        daemon.arguments = ["--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", Binaries.keychaind,
+                            "--state-dir", home + "/state", "--socket", socket]
+        daemon.environment = ["CONFIGURATION_DIRECTORY": root + "/etc", "KEYCHAIND_INSECURE_FAST_KDF": "1", "PATH": "/usr/bin:/bin"]
+        daemon.standardError = FileHandle.nullDevice
+        try daemon.run()
+        defer { kill(daemon.processIdentifier, SIGKILL); daemon.waitUntilExit() }
+        try waitUntil(timeout: 20, "keychaind to listen") { FileManager.default.fileExists(atPath: socket) }
+        let r = try runExecutable(Binaries.keychain, ["--trust-uid", "nobody", "list"],
+                                  environment: ["KEYCHAIN_SOCKET": socket, "PATH": "/usr/bin:/bin"], input: [])
+        #expect(r.status == Exit.denied)
+        #expect(r.stderr.contains(root + "/etc/keychaind.toml") && !r.stderr.contains("in the built-in defaults"), "\(r.stderr)")
+    }
+
     // MARK: keys
 
     @Test func keyGenerateRefusesALabelThatExists() throws {
@@ -222,6 +248,27 @@ struct NewcomerTests {
         #expect(r.status == Exit.notFound)
         #expect(r.stderr.isEmpty, "\(r.stderr)")
         #expect(try JSONSerialization.jsonObject(with: Data(r.stdout)) is [String: Any])
+    }
+
+    // MARK: keychaind
+
+    @Test func aConfigErrorPrintsNoUsageBlock() throws {
+        let d = try RunningDaemon(config: "no_such_key = 1", start: false)
+        let r = try runExecutable(Binaries.keychaind, ["--state-dir", d.stateDirectory, "--socket", d.socketPath, "--config", d.configPath],
+                                  environment: ["PATH": "/usr/bin:/bin"], input: [])
+        #expect(r.status == 78)
+        #expect(r.stderr.contains("no_such_key"))
+        #expect(!r.stderr.lowercased().contains("usage"), "\(r.stderr)")
+    }
+
+    @Test func aSecondKeychaindForABusySocketCreatesNoStateDirectory() throws {
+        let d = try RunningDaemon()
+        let other = d.root + "/other-state"
+        let r = try runExecutable(Binaries.keychaind, ["--state-dir", other, "--socket", d.socketPath, "--config", d.configPath],
+                                  environment: ["PATH": "/usr/bin:/bin"], input: [])
+        #expect(r.status != 0)
+        #expect(r.stderr.contains("already serving"))
+        #expect(!FileManager.default.fileExists(atPath: other))
     }
 
     private static let bridge = Binaries.directory + "/keychain-secret-service"
