@@ -25,12 +25,21 @@ public struct BackupContents: Sendable {
     let sealedKeys: Int
     let parameters: Argon2Parameters
 
-    /// What the backup file says about the items it left out.
+    /// What the backup file says it holds, by class (a count alone reads wrong beside
+    /// `keychain list`, which shows passwords only), and what it left out and why.
     var note: String {
+        let names = [("genp", "generic password(s)"), ("inet", "internet password(s)"), ("cert", "certificate(s)"), ("keys", "extractable key(s)")]
+        let held = names.compactMap { code, name in
+            let n = items.filter { $0["class"] == .string(code) }.count
+            return n == 0 ? nil : "\(n) \(name)"
+        }
+        var text = held.isEmpty ? "no items" : held.joined(separator: ", ")
         let deviceOnly = excluded - sealedKeys
-        var text = deviceOnly == 0 ? "no ThisDeviceOnly items"
-            : "\(deviceOnly) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
-        if sealedKeys > 0 { text += "; \(sealedKeys) non-extractable key(s) left out: their bytes never leave keychaind" }
+        text += deviceOnly == 0 ? "; no ThisDeviceOnly items"
+            : "; \(deviceOnly) ThisDeviceOnly item(s) (aku, cku, dku, akpu) left out: they never leave this device"
+        if sealedKeys > 0 {
+            text += "; \(sealedKeys) non-extractable key(s) left out (the default of key generate and ssh-add): their bytes never leave keychaind, so a certificate restored elsewhere has no key there"
+        }
         return text
     }
 

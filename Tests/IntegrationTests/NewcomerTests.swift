@@ -235,6 +235,18 @@ struct NewcomerTests {
         #expect(!FileManager.default.fileExists(atPath: listen))
     }
 
+    // MARK: backups
+
+    @Test func theBackupSummaryNamesTheClassesAndWhatStayedBehind() throws {
+        let d = try RunningDaemon()
+        _ = try d.cli(["add"] + item, input: bytes("x"))
+        _ = try d.cli(["key", "generate", "--type", "ed25519", "--label", "laptop", "--ssh"])
+        let r = try d.cli(["backup", "--out", d.root + "/backup.kcb"], input: bytes("backup password\n"))
+        #expect(r.status == Exit.success, "\(r.stderr)")
+        #expect(r.stderr.contains("backed up 1 item(s)") && r.stderr.contains("1 generic password(s)"), "\(r.stderr)")
+        #expect(r.stderr.contains("1 non-extractable key(s) left out"))
+    }
+
     // MARK: help and --json
 
     @Test func helpListsTheGlobalOptions() throws {
@@ -271,9 +283,9 @@ struct NewcomerTests {
         #expect(!FileManager.default.fileExists(atPath: other))
     }
 
-    private static let bridge = Binaries.directory + "/keychain-secret-service"
-
     // MARK: keychain-secret-service --enable
+
+    private static let bridge = Binaries.directory + "/keychain-secret-service"
 
     @Test func enableWritesTheSocketTheCLIUsesAndTheRunningBusStartsTheBridge() throws {
         let daemon = try RunningDaemon()
