@@ -42,7 +42,8 @@ run: deps
 # The whole suite: the Swift tests, then the Python client's against the real daemon (in a
 # virtual environment .venv that scripts/test-python makes), then a package that depends on
 # keychaind by version and uses KeychainClient (scripts/check-consumer), then what make install
-# lays out (scripts/check-install), then a short smoke of each fuzz target (scripts/fuzz
+# lays out (scripts/check-install), then README.md's commands as a new user runs them
+# (scripts/readme-walk), then a short smoke of each fuzz target (scripts/fuzz
 # --smoke), then the throw-away PostgreSQL cluster that sync's tests will stand on
 # (scripts/test-pg-cluster). KEYCHAIND_INSECURE_FAST_KDF=1
 # lowers Argon2id to libsodium's minimum for speed; never set it for a real daemon.
@@ -53,6 +54,7 @@ test: deps
 	scripts/test-python
 	scripts/check-consumer
 	scripts/check-install
+	scripts/readme-walk
 	scripts/fuzz --smoke
 	scripts/test-pg-cluster
 
