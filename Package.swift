@@ -103,7 +103,7 @@ let package = Package(
         // The SSH agent protocol over keys that stay in keychaind (docs/ssh-agent.md).
         .target(name: "SSHAgent", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainModel", "CSystemShim"]),
         // Sync through PostgreSQL (issue 18, docs/sync.md): the only target that imports CLibPQ.
-        .target(name: "KeychainSync", dependencies: ["CLibPQ", "CSystemShim", "KeychainModel", "KeychainCrypto", "KeychainStore"]),
+        .target(name: "KeychainSync", dependencies: ["CLibPQ", "CSystemShim", "KeychainModel", "KeychainCrypto", "KeychainStorage", "KeychainStore"]),
         // KeychainCertificates for `keychain csr` only: it builds the PKCS#10 request (with
         // swift-certificates) around a signature keychaind makes; nothing else in the CLI uses it.
         .target(name: "KeychainCLI", dependencies: ["KeychainClient", "KeychainCertificates", "SSHAgent"]),

@@ -58,9 +58,9 @@ final class DaemonSyncLoop: Sendable {
         guard let database, !state.withLock({ $0.stopped }) else { return }
         // Decided under the store's lock, so that a call that read the circle before a join
         // cannot move the thread back after one that read it after.
-        let step = try? store.withStore { (s) throws(KeychainError) -> Step in
-            guard let circle = try s.syncCircle(), circle.state != SyncCircleState.forked, circle.state != SyncCircleState.removed,
-                  s.isAvailable(.afterFirstUnlock) else { return .nothing }
+        let step = try? store.withReplica { (s) throws(KeychainError) -> Step in
+            guard let circle = try LocalCircle(s).row(), circle.state != SyncCircleState.forked, circle.state != SyncCircleState.removed,
+                  s.classKey(.afterFirstUnlock) != nil else { return .nothing }
             let circleID = try SyncCircleID(circle.circleID)
             return state.withLock { (current) -> Step in
                 guard let running = current.running else { return .start(circleID) }

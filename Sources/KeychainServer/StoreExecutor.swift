@@ -31,7 +31,7 @@ final class StoreExecutor: Sendable {
         /// Answers to writes that another writer's group committed, until their writers
         /// take them.
         var answered: [UInt64: Response] = [:]
-        /// The store's syncQueuedChanges when the sync thread was last woken for it.
+        /// The store's outboxQueuedChanges when the sync thread was last woken for it.
         var syncQueuedSeen: UInt64 = 0
     }
 
@@ -201,7 +201,7 @@ final class StoreExecutor: Sendable {
                 if write.id == id { own = response } else { store.answered[write.id] = response }
             }
             // One compare for a write of sync = 0 items: only a queued push wakes the sync thread.
-            guard let queued = store.handler?.store.syncQueuedChanges, queued != store.syncQueuedSeen else { return (own, false) }
+            guard let queued = store.handler?.store.outboxQueuedChanges, queued != store.syncQueuedSeen else { return (own, false) }
             store.syncQueuedSeen = queued
             return (own, true)
         }
@@ -294,10 +294,10 @@ final class StoreExecutor: Sendable {
     struct LockedStore: SyncLocalStore, Sendable {
         let executor: StoreExecutor
 
-        func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T {
+        func withReplica<T: Sendable>(_ body: (ItemReplica) throws(KeychainError) -> T) throws(KeychainError) -> T {
             try executor.store.withLock { (store) throws(KeychainError) -> T in
                 guard let handler = store.handler else { throw StoreExecutor.stoppingError }
-                return try body(handler.store)
+                return try body(handler.store.replica)
             }
         }
     }

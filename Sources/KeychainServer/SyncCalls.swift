@@ -57,7 +57,7 @@ final class SyncCalls: Sendable {
                 // database a few reads, never a session each. While another call uses that
                 // connection it answers without the refresh: a status must not queue behind
                 // another local user's, which a silent database host holds for connect_timeout.
-                if (try store.withStore { (s) throws(KeychainError) in try s.syncCircle() }) != nil {
+                if (try store.withReplica { (s) throws(KeychainError) in try LocalCircle(s).row() }) != nil {
                     _ = try? readingIfIdle { (db) throws(KeychainError) in
                         switch try SyncMembership.refresh(store: store, database: db) {
                         case .forked(let why): noteError(KeychainError(.decode, "sync is stopped: \(why)"))
@@ -67,7 +67,7 @@ final class SyncCalls: Sendable {
                     }
                 }
                 let report = try SyncMembership.status(store: store)
-                let inbox = try store.withStore { (s) throws(KeychainError) in try s.syncInboxCount() }
+                let inbox = try store.withReplica { (s) throws(KeychainError) in try PulledRows(s).inboxCount() }
                 return Response(result: .single(.attributes(statusAttributes(report, inbox: inbox, admin: admin))))
             case .syncCreate(let name):
                 let made = try talking { (db) throws(KeychainError) in try SyncMembership.create(name: name, store: store, database: db) }

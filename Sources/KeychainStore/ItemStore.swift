@@ -23,7 +23,7 @@ public final class ItemStore {
     /// Outbox entries queued since the store opened (rolled-back ones included): the daemon
     /// compares it after a write to wake the sync thread, at the cost of one compare for the
     /// writes that queue nothing.
-    public internal(set) var syncQueuedChanges: UInt64 = 0
+    public internal(set) var outboxQueuedChanges: UInt64 = 0
     /// Where the clean-stop record goes when the store closes; set only once a start has
     /// passed every check, so that a refused start never vouches for the database.
     private var generationRecord: GenerationRecordFile?
@@ -188,15 +188,14 @@ public final class ItemStore {
     }
 
     /// Erases the keychain: every item, the passcode and the class keys (new ones are made),
-    /// in one transaction. For the optional erase after too many wrong passcodes. Pending sync
-    /// tombstones go too: their blobs are under the class keys being replaced; and so does the
-    /// sync membership, whose identity and circle keys are sealed under CK[ck].
+    /// in one transaction. For the optional erase after too many wrong passcodes. The replica's
+    /// state goes too: its outbox's tombstones hold blobs under the class keys being replaced,
+    /// and its identity and circle keys are sealed under CK[ck].
     public func erase() throws(KeychainError) {
         let fresh = try Keybag.create(deviceKey: deviceKey)
         try database.transaction { () throws(KeychainError) in
             try table.deleteAllItems()
-            try syncOutbox.deleteAll()
-            try forgetSyncMembership()
+            try ReplicaStateTables.deleteAll(database)
             try keybagTable.save(fresh.record.encoded())
             try lockoutTable.save(failures: 0, lastFailure: 0)
         }

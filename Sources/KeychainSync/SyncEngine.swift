@@ -95,7 +95,7 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
     /// a rolled-back one is recorded locally until its heal ends. Returns the rollback to heal
     /// (found now, or found earlier and not yet healed), with the cursor it was found at.
     private func checkStore(_ member: Member, _ database: SyncDatabase) throws(KeychainError) -> Healing? {
-        let local = try store.withStore { (s) throws(KeychainError) in (try s.syncRemembered(), try s.syncRoster()) }
+        let local = try store.withReplica { (s) throws(KeychainError) in (try RollbackMemory(s).remembered(), try LocalCircle(s).roster()) }
         guard let remembered = local.0, let roster = local.1 else { throw KeychainError(.notAvailable, "this keychain is in no sync circle") }
         let found = try storeView(member, database, roster: roster)
         var state = found.epoch < member.key.epoch
@@ -108,10 +108,10 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
                 state = .rolledBack(pending)
                 healing = Healing(reason: pending, cursor: remembered.view.seq)
             } else {
-                try store.withStore { (s) throws(KeychainError) in try s.syncRememberHeads(found.view.heads) }
+                try store.withReplica { (s) throws(KeychainError) in try RollbackMemory(s).rememberHeads(found.view.heads) }
             }
         case .rolledBack(let why):
-            try store.withStore { (s) throws(KeychainError) in try s.syncRollbackFound(why) }
+            try store.withReplica { (s) throws(KeychainError) in try RollbackMemory(s).rollbackFound(why) }
             healing = Healing(reason: why, cursor: remembered.view.seq)
         case .partitioned:
             // Withheld entries are not a rollback: nothing here would bring them back.
@@ -167,16 +167,16 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
         // Roster entries the store lost go back as signed: this device verified each, and the
         // refresh found the store's roster a prefix of them. Left out, every later check would
         // find the roster short again and heal again.
-        if let verified = try store.withStore({ (s) throws(KeychainError) in try s.syncRoster() }) {
+        if let verified = try store.withReplica({ (s) throws(KeychainError) in try LocalCircle(s).roster() }) {
             let held = try database.rosterLength(circleID: circleID)
             for signed in verified.entries.dropFirst(held) { try database.append(signed, wrapping: nil) }
         }
         let stored = try database.versions(circleID: circleID)
         let me = member.identity.id
-        let (rows, roster, remembered) = try store.withStore { (s) throws(KeychainError) in
-            let rows = try s.syncHealRows(circleKey: member.key, stored: stored)
-            guard let roster = try s.syncRoster() else { throw KeychainError(.notAvailable, "this keychain is in no sync circle") }
-            return (rows, roster, try s.syncRemembered()?.view.heads[me]?.counter ?? 0)
+        let (rows, roster, remembered) = try store.withReplica { (s) throws(KeychainError) in
+            let rows = try StampedItems(s).healRows(circleKey: member.key, stored: stored)
+            guard let roster = try LocalCircle(s).roster() else { throw KeychainError(.notAvailable, "this keychain is in no sync circle") }
+            return (rows, roster, try RollbackMemory(s).remembered()?.view.heads[me]?.counter ?? 0)
         }
         let storeHead = try database.heads(circleID: circleID).first { $0.device == me }.flatMap { try? $0.verify(roster: roster) }
         let counter = ([remembered, storeHead?.counter ?? 0] + rows.filter { $0.version.writer == me }.map(\.version.counter)).max()!
@@ -187,15 +187,15 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
             }
             shared.withLock { $0.totals.pushed += rows.count }
         }
-        try store.withStore { (s) throws(KeychainError) in try s.syncRestartPull() }
+        try store.withReplica { (s) throws(KeychainError) in try RollbackMemory(s).restartPull() }
     }
 
     /// The heal's end, once the full pull reached the end: the store's verified heads are the
     /// new baseline and the rollback is cleared.
     private func healEnded(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
-        guard let roster = try store.withStore({ (s) throws(KeychainError) in try s.syncRoster() }) else { return }
+        guard let roster = try store.withReplica({ (s) throws(KeychainError) in try LocalCircle(s).roster() }) else { return }
         let found = try storeView(member, database, roster: roster)
-        try store.withStore { (s) throws(KeychainError) in try s.syncHealed(heads: found.view.heads) }
+        try store.withReplica { (s) throws(KeychainError) in try RollbackMemory(s).healed(heads: found.view.heads) }
         shared.withLock { s in
             s.totals.rollbacksHealed += 1
             s.totals.store = .consistent
@@ -209,12 +209,12 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
     }
 
     private func memberState() throws(KeychainError) -> Member? {
-        try store.withStore { (s) throws(KeychainError) -> Member? in
-            guard let circle = try s.syncCircle(), circle.state == SyncCircleState.member else { return nil }
-            guard let identity = try s.syncIdentity() else {
+        try store.withReplica { (s) throws(KeychainError) -> Member? in
+            guard let circle = try LocalCircle(s).row(), circle.state == SyncCircleState.member else { return nil }
+            guard let identity = try LocalCircle(s).identity() else {
                 throw KeychainError(.decode, "this keychain is in a sync circle but has no sync identity: its state was altered")
             }
-            guard let key = try s.syncCircleKey(epoch: circle.epoch) else {
+            guard let key = try LocalCircle(s).circleKey(epoch: circle.epoch) else {
                 throw KeychainError(.notAvailable, "this device holds no circle key for epoch \(circle.epoch) yet")
             }
             return Member(identity: identity, key: key)
@@ -227,10 +227,10 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
     private func push(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
         let writer = member.identity.id
         while true {
-            let batch = try store.withStore { (s) throws(KeychainError) -> Outgoing? in
-                let records = try s.syncOutgoing(circleKey: member.key, writer: writer, limit: Self.pushLimit)
+            let batch = try store.withReplica { (s) throws(KeychainError) -> Outgoing? in
+                let records = try OutboxPush(s).outgoing(circleKey: member.key, writer: writer, limit: Self.pushLimit)
                 guard let last = records.map(\.row.version.counter).max() else { return nil }
-                guard let roster = try s.syncRoster() else { throw KeychainError(.notAvailable, "this keychain is in no sync circle") }
+                guard let roster = try LocalCircle(s).roster() else { throw KeychainError(.notAvailable, "this keychain is in no sync circle") }
                 return Outgoing(records: records, head: SyncHead.signed(by: member.identity, counter: last, roster: roster))
             }
             guard let batch else { return }
@@ -244,9 +244,9 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
                 // This device's own head is known good once committed: a store later showing
                 // a lower one lost these writes, even if no pass checked in between.
                 let position = SyncHeadPosition(counter: batch.head.counter, rosterLength: Int(batch.head.rosterLength))
-                try store.withStore { (s) throws(KeychainError) in
-                    try s.syncPushed(batch.records)
-                    try s.syncRememberHeads([writer: position])
+                try store.withReplica { (s) throws(KeychainError) in
+                    try OutboxPush(s).pushed(batch.records)
+                    try RollbackMemory(s).rememberHeads([writer: position])
                 }
                 shared.withLock { $0.totals.pushed += batch.records.count }
             }
@@ -263,7 +263,7 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
     /// reached the end, every row is read as part of a full pull (older counters of a writer
     /// legitimately appear), and replays are told only after it.
     private func pull(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
-        guard let circle = try store.withStore({ (s) throws(KeychainError) in try s.syncCircle() }) else { return }
+        guard let circle = try store.withReplica({ (s) throws(KeychainError) in try LocalCircle(s).row() }) else { return }
         // A last full pull older than the tombstones' life may have missed deletes whose
         // tombstones expired since: the cursor is not trusted, and every row is read again.
         let stale = circle.lastFullPull.map { SyncMembership.now() - $0 > Self.tombstoneLifetimeMs } ?? false
@@ -281,8 +281,8 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
                 for row in batch.rows { present.insert(row.recordID) }
                 if batch.malformed > 0 { sawMalformed = true }
             }
-            let report = try store.withStore { (s) throws(KeychainError) in
-                try s.syncApply(batch.rows, circleKey: member.key, writer: member.identity.id, mode: mode, cursor: batch.lastSeq)
+            let report = try store.withReplica { (s) throws(KeychainError) in
+                try PulledRows(s).apply(batch.rows, circleKey: member.key, writer: member.identity.id, mode: mode, cursor: batch.lastSeq)
             }
             shared.withLock { s in
                 s.totals.pulled += batch.rows.count + batch.malformed
@@ -294,21 +294,21 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
             if batch.reachedEnd { break }
         }
         if mode == .everyRow {
-            let deleted = try store.withStore { (s) throws(KeychainError) -> Int in
-                let deleted = sawMalformed ? 0 : try s.syncReconcile(present: present, circleKey: member.key)
-                try s.syncFullPullEnded(at: SyncMembership.now())
+            let deleted = try store.withReplica { (s) throws(KeychainError) -> Int in
+                let deleted = sawMalformed ? 0 : try StampedItems(s).reconcile(present: present, circleKey: member.key)
+                try LocalCircle(s).fullPullEnded(at: SyncMembership.now())
                 return deleted
             }
             shared.withLock { $0.totals.applied += deleted }
         }
     }
 
-    /// Rows that waited for their class key, once it is loaded (syncApplyInbox commits
+    /// Rows that waited for their class key, once it is loaded (`PulledRows.applyInbox` commits
     /// nothing while every one still waits).
     private func applyInbox(_ member: Member) throws(KeychainError) {
-        let report = try store.withStore { (s) throws(KeychainError) -> SyncApplyReport in
-            guard try s.syncInboxCount() > 0 else { return SyncApplyReport() }
-            return try s.syncApplyInbox(circleKey: member.key, writer: member.identity.id)
+        let report = try store.withReplica { (s) throws(KeychainError) -> SyncApplyReport in
+            guard try PulledRows(s).inboxCount() > 0 else { return SyncApplyReport() }
+            return try PulledRows(s).applyInbox(circleKey: member.key, writer: member.identity.id)
         }
         shared.withLock { s in
             s.totals.applied += report.applied

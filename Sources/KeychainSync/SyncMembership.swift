@@ -5,16 +5,16 @@ import KeychainCrypto
 import KeychainModel
 import KeychainStore
 
-/// Access to the local store for the membership calls, taken once per step: the daemon's
+/// Access to the local store, through its replica port, taken once per step: the daemon's
 /// version takes the store's lock for each and never across a PostgreSQL statement (read the
 /// store, release, talk to the database, then write the store). An ItemStore used alone (a
 /// test, the loop's own thread with its own lock) runs the body directly.
 public protocol SyncLocalStore {
-    func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T
+    func withReplica<T: Sendable>(_ body: (ItemReplica) throws(KeychainError) -> T) throws(KeychainError) -> T
 }
 
 extension ItemStore: SyncLocalStore {
-    public func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T { try body(self) }
+    public func withReplica<T: Sendable>(_ body: (ItemReplica) throws(KeychainError) -> T) throws(KeychainError) -> T { try body(replica) }
 }
 
 /// The local circle row's states that membership sets (the loop adds its own).
@@ -74,9 +74,9 @@ public enum SyncMembership {
     public static func create(name: String, store: some SyncLocalStore,
                               database: SyncDatabase) throws(KeychainError) -> (circle: SyncFingerprint, device: SyncFingerprint) {
         try checkName(name)
-        let identity = try store.withStore { (s) throws(KeychainError) -> SyncDeviceIdentity in
-            if try s.syncCircle() != nil { throw alreadyInCircle }
-            return try s.syncIdentityMakingIfNeeded()
+        let identity = try store.withReplica { (s) throws(KeychainError) -> SyncDeviceIdentity in
+            if try LocalCircle(s).row() != nil { throw alreadyInCircle }
+            return try LocalCircle(s).identityMakingIfNeeded()
         }
         let circleID = SyncCircleID.random()
         let founder = try SyncJoinRequest.signed(by: identity, circleID: circleID, name: name)
@@ -84,8 +84,8 @@ public enum SyncMembership {
         let key = SyncCircleKey.random(circleID: circleID, epoch: roster.epoch)
         try database.createSchema()
         try database.createCircle(roster, founder: founder)
-        try store.withStore { (s) throws(KeychainError) in
-            try s.syncEnter(roster: roster, state: SyncCircleState.member, circleKey: key)
+        try store.withReplica { (s) throws(KeychainError) in
+            try LocalCircle(s).enter(roster: roster, state: SyncCircleState.member, circleKey: key)
         }
         return (roster.circleFingerprint, identity.keys.fingerprint)
     }
@@ -98,8 +98,8 @@ public enum SyncMembership {
                             database: SyncDatabase) throws(KeychainError) -> SyncFingerprint {
         try checkName(name)
         // A pending device may join again (its request is replaced), but only the same circle.
-        let pendingIn = try store.withStore { (s) throws(KeychainError) -> [UInt8]? in
-            guard let circle = try s.syncCircle() else { return nil }
+        let pendingIn = try store.withReplica { (s) throws(KeychainError) -> [UInt8]? in
+            guard let circle = try LocalCircle(s).row() else { return nil }
             guard circle.state == SyncCircleState.pending else { throw alreadyInCircle }
             return circle.circleID
         }
@@ -115,13 +115,13 @@ public enum SyncMembership {
         guard roster.entries[0] == entry0 else {
             throw KeychainError(.decode, "the circle's founding entry changed while it was read")
         }
-        let identity = try store.withStore { (s) throws(KeychainError) in try s.syncIdentityMakingIfNeeded() }
+        let identity = try store.withReplica { (s) throws(KeychainError) in try LocalCircle(s).identityMakingIfNeeded() }
         guard roster.members[identity.id] == nil else {
             throw KeychainError(.duplicateItem, "this device is a member of that circle already")
         }
         try database.requestToJoin(try SyncJoinRequest.signed(by: identity, circleID: roster.circleID, name: name))
-        try store.withStore { (s) throws(KeychainError) in
-            try s.syncEnter(roster: roster, state: SyncCircleState.pending, circleKey: nil)
+        try store.withReplica { (s) throws(KeychainError) in
+            try LocalCircle(s).enter(roster: roster, state: SyncCircleState.pending, circleKey: nil)
         }
         return identity.keys.fingerprint
     }
@@ -134,9 +134,9 @@ public enum SyncMembership {
         if case .forked(let why) = try refresh(store: store, database: database) {
             throw KeychainError(.decode, "sync is stopped: \(why)")
         }
-        let (identity, roster, key) = try store.withStore { (s) throws(KeychainError) in
-            guard let roster = try s.syncRoster(), let identity = try s.syncIdentity() else { throw notInCircle }
-            guard roster.members[identity.id] != nil, let key = try s.syncCircleKey(epoch: roster.epoch) else {
+        let (identity, roster, key) = try store.withReplica { (s) throws(KeychainError) in
+            guard let roster = try LocalCircle(s).roster(), let identity = try LocalCircle(s).identity() else { throw notInCircle }
+            guard roster.members[identity.id] != nil, let key = try LocalCircle(s).circleKey(epoch: roster.epoch) else {
                 throw KeychainError(.notAvailable, "this device is not yet a member of its circle: a member must approve it first")
             }
             return (identity, roster, key)
@@ -157,8 +157,8 @@ public enum SyncMembership {
         try database.append(entry, wrapping: wrap)
         var next = roster
         try next.append(entry)
-        try store.withStore { (s) throws(KeychainError) in
-            try s.syncRefreshed(roster: next, state: try s.syncCircle()?.state ?? SyncCircleState.member, circleKey: nil)
+        try store.withReplica { (s) throws(KeychainError) in
+            try LocalCircle(s).refreshed(roster: next, state: try LocalCircle(s).row()?.state ?? SyncCircleState.member, circleKey: nil)
         }
         return SyncDeviceListing(id: request.device.id, fingerprint: request.device.fingerprint, name: request.name, isMember: true)
     }
@@ -177,7 +177,7 @@ public enum SyncMembership {
 
     static func refresh(store: some SyncLocalStore, database: SyncDatabase,
                         mayRotate: Bool) throws(KeychainError) -> SyncRefreshOutcome {
-        let local = try store.withStore { (s) throws(KeychainError) in (try s.syncCircle(), try s.syncRoster()) }
+        let local = try store.withReplica { (s) throws(KeychainError) in (try LocalCircle(s).row(), try LocalCircle(s).roster()) }
         guard let circle = local.0, let roster = local.1 else { return .notInCircle }
         if circle.state == SyncCircleState.forked {
             return .forked("the sync database's roster disagrees with the one this device verified")
@@ -187,19 +187,19 @@ public enum SyncMembership {
         do throws(KeychainError) {
             try next.extend(with: try database.roster(circleID: roster.circleID))
         } catch where error.status == .decode {
-            try store.withStore { (s) throws(KeychainError) in try s.setSyncState(SyncCircleState.forked) }
+            try store.withReplica { (s) throws(KeychainError) in try LocalCircle(s).setState(SyncCircleState.forked) }
             return .forked(error.message)
         }
         var state = circle.state
         var key: SyncCircleKey?
         var unwrapFailure: KeychainError?
-        let identity = try store.withStore { (s) throws(KeychainError) in try s.syncIdentity() }
+        let identity = try store.withReplica { (s) throws(KeychainError) in try LocalCircle(s).identity() }
         let isMember = identity.map { next.members[$0.id] != nil } ?? false
         if state == SyncCircleState.member, !isMember, next.length > roster.length {
             // Only a `remove` entry drops a member other than by its own leave, which a device
             // that left no longer refreshes.
-            try store.withStore { (s) throws(KeychainError) in
-                try s.syncRefreshed(roster: next, state: SyncCircleState.removed, circleKey: nil)
+            try store.withReplica { (s) throws(KeychainError) in
+                try LocalCircle(s).refreshed(roster: next, state: SyncCircleState.removed, circleKey: nil)
             }
             return .removed
         }
@@ -221,7 +221,7 @@ public enum SyncMembership {
                 ?? "no circle key of epoch \(next.epoch) is wrapped to this device"
             throw KeychainError(unwrapFailure?.status ?? .notAvailable, reason)
         }
-        try store.withStore { (s) throws(KeychainError) in try s.syncRefreshed(roster: next, state: state, circleKey: key) }
+        try store.withReplica { (s) throws(KeychainError) in try LocalCircle(s).refreshed(roster: next, state: state, circleKey: key) }
         if let unwrapFailure {
             throw KeychainError(unwrapFailure.status, "the circle key wrapped to this device was refused: \(unwrapFailure.message)")
         }
@@ -238,14 +238,14 @@ public enum SyncMembership {
 
     /// This device's view, from the local store alone (no network).
     public static func status(store: some SyncLocalStore) throws(KeychainError) -> SyncStatusReport {
-        try store.withStore { (s) throws(KeychainError) in
-            let keys = try s.syncDeviceKeys()
-            let outbox = try s.syncOutboxCount()
-            guard let circle = try s.syncCircle(), let roster = try s.syncRoster() else {
+        try store.withReplica { (s) throws(KeychainError) in
+            let keys = try LocalCircle(s).deviceKeys()
+            let outbox = try OutboxPush(s).count()
+            guard let circle = try LocalCircle(s).row(), let roster = try LocalCircle(s).roster() else {
                 return SyncStatusReport(state: "off", circleFingerprint: nil, deviceFingerprint: keys?.fingerprint,
                                         epoch: 0, members: 0, outbox: outbox)
             }
-            let state = s.isAvailable(.afterFirstUnlock) ? circle.state : "waitingForUnlock"
+            let state = s.classKey(.afterFirstUnlock) != nil ? circle.state : "waitingForUnlock"
             return SyncStatusReport(state: state, circleFingerprint: roster.circleFingerprint, deviceFingerprint: keys?.fingerprint,
                                     epoch: roster.epoch, members: roster.members.count, outbox: outbox)
         }
@@ -256,7 +256,7 @@ public enum SyncMembership {
     public static func devices(store: some SyncLocalStore, database: SyncDatabase) throws(KeychainError) -> [SyncDeviceListing] {
         // A refresh that fails (a wrap refused, ck not loaded yet) still leaves a roster to list.
         _ = try? refresh(store: store, database: database)
-        guard let roster = try store.withStore({ (s) throws(KeychainError) in try s.syncRoster() }) else { throw notInCircle }
+        guard let roster = try store.withReplica({ (s) throws(KeychainError) in try LocalCircle(s).roster() }) else { throw notInCircle }
         let requests = try database.joinRequests(circleID: roster.circleID)
             .filter { $0.isSigned(by: $0.device.fingerprint, for: roster.circleID) }
         var names: [SyncDeviceID: String] = [:]

@@ -32,7 +32,7 @@ public enum SyncRotation {
         if case .forked(let why) = try SyncMembership.refresh(store: store, database: database) {
             throw KeychainError(.decode, "sync is stopped: \(why)")
         }
-        let local = try store.withStore { (s) throws(KeychainError) in (try s.syncRoster(), try s.syncIdentity()) }
+        let local = try store.withReplica { (s) throws(KeychainError) in (try LocalCircle(s).roster(), try LocalCircle(s).identity()) }
         guard let roster = local.0, let identity = local.1 else {
             throw KeychainError(.notAvailable, "this keychain is in no sync circle")
         }
@@ -42,7 +42,7 @@ public enum SyncRotation {
         } else {
             try database.withdrawJoinRequest(circleID: roster.circleID, device: identity.id)
         }
-        try store.withStore { (s) throws(KeychainError) in try s.syncLeft() }
+        try store.withReplica { (s) throws(KeychainError) in try LocalCircle(s).leave() }
     }
 
     /// After a refresh that found devices gone by `leave`: rotates, naming one of them (the
@@ -68,11 +68,11 @@ public enum SyncRotation {
     }
 
     private static func heldMembership(_ store: some SyncLocalStore) throws(KeychainError) -> Membership {
-        try store.withStore { (s) throws(KeychainError) -> Membership in
-            guard let roster = try s.syncRoster(), let identity = try s.syncIdentity() else {
+        try store.withReplica { (s) throws(KeychainError) -> Membership in
+            guard let roster = try LocalCircle(s).roster(), let identity = try LocalCircle(s).identity() else {
                 throw KeychainError(.notAvailable, "this keychain is in no sync circle")
             }
-            guard roster.members[identity.id] != nil, let key = try s.syncCircleKey(epoch: roster.epoch) else {
+            guard roster.members[identity.id] != nil, let key = try LocalCircle(s).circleKey(epoch: roster.epoch) else {
                 throw KeychainError(.notAvailable, "this device does not hold the circle's current key")
             }
             return Membership(identity: identity, roster: roster, key: key)
@@ -92,8 +92,8 @@ public enum SyncRotation {
         let count = try database.rotate(entry, wraps: wraps) { (row) throws(KeychainError) -> SyncRecordRow? in
             try reseal(row, from: old, to: key)
         }
-        try store.withStore { (s) throws(KeychainError) in
-            try s.syncRefreshed(roster: next, state: SyncCircleState.member, circleKey: key)
+        try store.withReplica { (s) throws(KeychainError) in
+            try LocalCircle(s).refreshed(roster: next, state: SyncCircleState.member, circleKey: key)
         }
         return count
     }

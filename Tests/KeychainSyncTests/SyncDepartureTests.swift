@@ -20,7 +20,7 @@ struct SyncDepartureTests {
             try a.approve(try device.join(made.circle, name: name))
             #expect(try device.refresh() == .becameMember)
         }
-        let cOld = try #require(try c.store.syncIdentity())
+        let cOld = try #require(try LocalCircle(c.store.replica).identity())
         try SyncRotation.remove(device: cOld.keys.fingerprint, store: a.store, database: a.database)
         #expect(try c.refresh() == .removed)
         return (a, b, c, made.circle, cOld)
@@ -42,22 +42,22 @@ struct SyncDepartureTests {
     @Test func aRemovedDeviceThatAsksToJoinAgainWithItsOldIdentityIsRefusedAndGetsNoKey() throws {
         let cluster = try TestCluster()
         let (a, _, c, _, cOld) = try Self.circleWithCRemoved(cluster)
-        let circleID = try #require(try a.store.syncRoster()).circleID
+        let circleID = try #require(try LocalCircle(a.store.replica).roster()).circleID
         // The removed device writes its request back (any member's database login can).
         try c.database.requestToJoin(try SyncJoinRequest.signed(by: cOld, circleID: circleID, name: "c, honest"))
         #expect(try Self.waiting(a).isEmpty, "a departed device's request is not listed as waiting")
         let refused = expectError(.param) { try a.approve(cOld.keys.fingerprint) }
         #expect(refused?.message.contains("sync leave") == true, "the refusal says the way back: \(refused?.message ?? "")")
-        let epoch = try #require(try a.store.syncRoster()).epoch
+        let epoch = try #require(try LocalCircle(a.store.replica).roster()).epoch
         #expect(try a.database.wrappedKey(circleID: circleID, epoch: epoch, device: cOld.id) == nil)
-        #expect(try a.store.syncRoster()?.members[cOld.id] == nil)
+        #expect(try LocalCircle(a.store.replica).roster()?.members[cOld.id] == nil)
     }
 
     @Test func aRosterEntryAddingADepartedDeviceBackIsRefusedByEveryMembersVerification() throws {
         let cluster = try TestCluster()
         let (a, _, _, _, cOld) = try Self.circleWithCRemoved(cluster)
-        var roster = try #require(try a.store.syncRoster())
-        let signer = try #require(try a.store.syncIdentity())
+        var roster = try #require(try LocalCircle(a.store.replica).roster())
+        let signer = try #require(try LocalCircle(a.store.replica).identity())
         // A member's own signing refuses it...
         expectError(.param) { _ = try roster.signing(.add, subject: cOld.keys, by: signer, time: 1) }
         // ...and an entry signed by a member anyway (a changed member, a forged roster) does not verify.
@@ -71,7 +71,7 @@ struct SyncDepartureTests {
         let cluster = try TestCluster()
         let (a, _, c, circle, cOld) = try Self.circleWithCRemoved(cluster)
         try SyncRotation.leave(store: c.store, database: c.database)
-        #expect(try c.store.syncIdentity() == nil, "leave drops the identity with the circle")
+        #expect(try LocalCircle(c.store.replica).identity() == nil, "leave drops the identity with the circle")
         let fresh = try c.join(circle, name: "c, new")
         #expect(fresh != cOld.keys.fingerprint)
         try a.approve(fresh)
@@ -96,7 +96,7 @@ struct SyncDepartureTests {
         let a = try TestDevice(cluster), b = try TestDevice(cluster)
         let made = try a.create("a")
         let digits = try b.join(made.circle, name: "b")
-        let circleID = try #require(try b.store.syncRoster()).circleID
+        let circleID = try #require(try LocalCircle(b.store.replica).roster()).circleID
         let listener = try PostgresConnection(cluster.url)
         try listener.listen(SyncDatabase.channel(circleID: circleID.bytes))
         try a.approve(digits)

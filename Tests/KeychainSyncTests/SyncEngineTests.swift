@@ -11,7 +11,7 @@ import Testing
 struct SingleThreadStore: SyncLocalStore, @unchecked Sendable {
     let store: ItemStore
 
-    func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T { try body(store) }
+    func withReplica<T: Sendable>(_ body: (ItemReplica) throws(KeychainError) -> T) throws(KeychainError) -> T { try body(store.replica) }
 }
 
 @Suite("Sync pass: refresh, push, pull against PostgreSQL")
@@ -38,7 +38,7 @@ struct SyncEngineTests {
         let engine = SyncEngine(store: SingleThreadStore(store: a.store))
         try engine.pass(a.database)
         #expect(engine.totals.pushed == 3)
-        #expect(try a.store.syncOutboxCount() == 0)
+        #expect(try OutboxPush(a.store.replica).count() == 0)
         #expect(try a.count("sync_records") == 3)
         let head = try a.database.connection.query("SELECT counter FROM sync_heads").rows.first?.first?.int
         #expect(head == 3)
@@ -52,11 +52,11 @@ struct SyncEngineTests {
         let (a, b) = try Self.pair(cluster)
         for n in 1...3 { try Self.add(a, "svc-\(n)", "v\(n)") }
         try SyncEngine(store: SingleThreadStore(store: a.store)).pass(a.database)
-        #expect(try b.store.syncCircle()?.lastFullPull == nil)
+        #expect(try LocalCircle(b.store.replica).row()?.lastFullPull == nil)
 
         let engine = SyncEngine(store: SingleThreadStore(store: b.store))
         try engine.pass(b.database)
-        let circle = try #require(try b.store.syncCircle())
+        let circle = try #require(try LocalCircle(b.store.replica).row())
         #expect(circle.lastFullPull != nil)
         #expect(circle.cursor == 3)
         #expect(engine.totals.pulled == 3 && engine.totals.applied == 3)
@@ -65,7 +65,7 @@ struct SyncEngineTests {
         try SyncEngine(store: SingleThreadStore(store: a.store)).pass(a.database)
         try engine.pass(b.database)
         #expect(engine.totals.pulled == 4 && engine.totals.applied == 4)  // only the new row was read
-        #expect(try b.store.syncCircle()?.cursor == 4)
+        #expect(try LocalCircle(b.store.replica).row()?.cursor == 4)
     }
 
     @Test func aPendingDevicesPassOnlyRefreshesAndItsFirstPassAsAMemberSyncs() throws {
@@ -96,7 +96,7 @@ struct SyncEngineTests {
         try SyncEngine(store: SingleThreadStore(store: a.store)).pass(a.database)
         let engine = SyncEngine(store: SingleThreadStore(store: b.store))
         try engine.pass(b.database)
-        #expect(try b.store.syncOutboxCount() == 0)
+        #expect(try OutboxPush(b.store.replica).count() == 0)
         #expect(try b.syncedItems() == 2)
 
         // One record leaves the store without a tombstone; B's cursor is not trusted any more.
@@ -104,7 +104,7 @@ struct SyncEngineTests {
         try b.store.database.run("UPDATE sync_circle SET cursor = 0, last_full_pull = NULL")
         try engine.pass(b.database)
         #expect(try b.syncedItems() == 1)
-        #expect(try b.store.syncOutboxCount() == 0)  // nothing to push back: the circle lost it
+        #expect(try OutboxPush(b.store.replica).count() == 0)  // nothing to push back: the circle lost it
     }
 }
 

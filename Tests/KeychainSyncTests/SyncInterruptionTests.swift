@@ -20,8 +20,8 @@ private final class HaltingStore: SyncLocalStore, @unchecked Sendable {
         self.stopWhen = stopWhen
     }
 
-    func withStore<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T {
-        let result = try body(store)
+    func withReplica<T: Sendable>(_ body: (ItemReplica) throws(KeychainError) -> T) throws(KeychainError) -> T {
+        let result = try body(store.replica)
         if !halted, (try? stopWhen(store)) == true {
             halted = true
             try? cluster.halt()
@@ -52,7 +52,7 @@ struct SyncInterruptionTests {
         try SyncEngine(store: SingleThreadStore(store: a.store)).pass(a.database)
         #expect(try a.count("sync_records") == Int64(Self.items))
 
-        let cutting = HaltingStore(b.store, cluster) { try ($0.syncCircle()?.cursor ?? 0) > 0 }
+        let cutting = HaltingStore(b.store, cluster) { try (LocalCircle($0.replica).row()?.cursor ?? 0) > 0 }
         let engine = SyncEngine(store: cutting)
         #expect(throws: KeychainError.self) { try engine.pass(b.database) }
         #expect(cutting.halted)
@@ -62,7 +62,7 @@ struct SyncInterruptionTests {
         try cluster.resume()
         try engine.pass(SyncDatabase(try PostgresConnection(cluster.url)))
         #expect(try b.syncedItems() == Self.items)
-        #expect(try b.store.syncCircle()?.cursor == Int64(Self.items))
+        #expect(try LocalCircle(b.store.replica).row()?.cursor == Int64(Self.items))
         // An unfinished full pull starts again from the first row (its record ids decide what
         // the reconcile deletes): the first pass's batch is read twice, applied once.
         #expect(engine.totals.pulled == 1_000 + Self.items)
@@ -73,16 +73,16 @@ struct SyncInterruptionTests {
         let cluster = try TestCluster()
         let (a, b) = try SyncEngineTests.pair(cluster)
         try Self.fill(a)
-        let cutting = HaltingStore(a.store, cluster) { try $0.syncOutboxCount() < Self.items }
+        let cutting = HaltingStore(a.store, cluster) { try OutboxPush($0.replica).count() < Self.items }
         let engine = SyncEngine(store: cutting)
         #expect(throws: KeychainError.self) { try engine.pass(a.database) }
         #expect(cutting.halted)
-        #expect(try a.store.syncOutboxCount() > 0)
+        #expect(try OutboxPush(a.store.replica).count() > 0)
 
         try cluster.resume()
         let database = SyncDatabase(try PostgresConnection(cluster.url))
         try engine.pass(database)
-        #expect(try a.store.syncOutboxCount() == 0)
+        #expect(try OutboxPush(a.store.replica).count() == 0)
         let rows = try database.connection.query("SELECT count(*)::int8, count(DISTINCT counter)::int8, max(seq) FROM sync_records").rows
         #expect(rows == [[.int(Int64(Self.items)), .int(Int64(Self.items)), .int(Int64(Self.items))]])
 

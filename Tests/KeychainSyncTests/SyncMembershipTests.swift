@@ -64,8 +64,8 @@ struct SyncMembershipTests {
         #expect(status.circleFingerprint == made.circle)
         #expect(status.deviceFingerprint == made.device)
         #expect(status.epoch == 1 && status.members == 1)
-        #expect(try a.store.syncCircleKey(epoch: 1) != nil)
-        #expect(try a.store.syncIdentity()?.keys.fingerprint == made.device)
+        #expect(try LocalCircle(a.store.replica).circleKey(epoch: 1) != nil)
+        #expect(try LocalCircle(a.store.replica).identity()?.keys.fingerprint == made.device)
         #expect(try a.count("sync_roster") == 1)
     }
 
@@ -75,7 +75,7 @@ struct SyncMembershipTests {
         let made = try a.create()
         let bPrint = try b.join(made.circle)
         #expect(try b.status().state == "pending")
-        #expect(try b.store.syncCircleKey(epoch: 1) == nil)
+        #expect(try LocalCircle(b.store.replica).circleKey(epoch: 1) == nil)
         #expect(try b.refresh() == .verified)
 
         try a.approve(bPrint)
@@ -86,8 +86,8 @@ struct SyncMembershipTests {
         #expect(status.epoch == 1 && status.members == 2)
         // The same circle key: both name one item with one record id.
         let item: AttributeDictionary = ["svce": .string("s"), "acct": .string("a"), "agrp": .string("g"), "sync": .int(1)]
-        let aID = try #require(try a.store.syncCircleKey(epoch: 1)).recordID(of: .genericPassword, attributes: item)
-        let bID = try #require(try b.store.syncCircleKey(epoch: 1)).recordID(of: .genericPassword, attributes: item)
+        let aID = try #require(try LocalCircle(a.store.replica).circleKey(epoch: 1)).recordID(of: .genericPassword, attributes: item)
+        let bID = try #require(try LocalCircle(b.store.replica).circleKey(epoch: 1)).recordID(of: .genericPassword, attributes: item)
         #expect(aID == bID)
         // A sees the new member too.
         #expect(try a.status().members == 2)
@@ -110,8 +110,8 @@ struct SyncMembershipTests {
         let made = try a.create()
         expectError(.itemNotFound) { _ = try b.join(try oneDigitOff(made.circle)) }
         #expect(try a.count("sync_devices") == 1)  // the founder's own
-        #expect(try b.store.syncCircle() == nil)
-        #expect(try b.store.syncDeviceKeys() == nil)
+        #expect(try LocalCircle(b.store.replica).row() == nil)
+        #expect(try LocalCircle(b.store.replica).deviceKeys() == nil)
     }
 
     @Test func aRosterRowEditedInPostgreSQLLeavesTheDeviceForkedAndAppliesNothing() throws {
@@ -129,8 +129,8 @@ struct SyncMembershipTests {
         // B never had entry 1: to it the edited entry does not verify, so it is not applied either.
         if case .forked = try b.refresh() {} else { Issue.record("B believed an edited roster entry") }
         #expect(try b.status().state == "forked")
-        #expect(try b.store.syncCircleKey(epoch: 1) == nil)
-        #expect(try b.store.syncRoster()?.length == 1)
+        #expect(try LocalCircle(b.store.replica).circleKey(epoch: 1) == nil)
+        #expect(try LocalCircle(b.store.replica).roster()?.length == 1)
     }
 
     @Test func aWrapAddressedToAnotherDeviceIsRefusedAndTheDeviceStaysPending() throws {
@@ -140,8 +140,8 @@ struct SyncMembershipTests {
         let bPrint = try b.join(circle), cPrint = try c.join(circle)
         try a.approve(bPrint)
         try a.approve(cPrint)
-        let bID = try #require(try b.store.syncDeviceKeys()).id.bytes
-        let cID = try #require(try c.store.syncDeviceKeys()).id.bytes
+        let bID = try #require(try LocalCircle(b.store.replica).deviceKeys()).id.bytes
+        let cID = try #require(try LocalCircle(c.store.replica).deviceKeys()).id.bytes
         // The store hands B the wrap made for C.
         try a.database.connection.query("""
             UPDATE sync_wrapped_keys SET wrapped = c.wrapped, sig = c.sig
@@ -149,7 +149,7 @@ struct SyncMembershipTests {
             """, [.bytea(bID), .bytea(cID)])
         expectError(.decode) { _ = try b.refresh() }
         #expect(try b.status().state == "pending")
-        #expect(try b.store.syncCircleKey(epoch: 1) == nil)
+        #expect(try LocalCircle(b.store.replica).circleKey(epoch: 1) == nil)
         #expect(try c.refresh() == .becameMember)
     }
 
@@ -179,6 +179,6 @@ struct SyncMembershipTests {
         let cluster = try TestCluster()
         let a = try TestDevice(cluster)
         expectError(.param) { _ = try a.create(String(repeating: "n", count: 65)) }
-        #expect(try a.store.syncCircle() == nil)
+        #expect(try LocalCircle(a.store.replica).row() == nil)
     }
 }

@@ -30,7 +30,7 @@ struct StoreSnapshot {
 struct SyncRollbackEngineTests {
     static func engine(_ d: TestDevice) -> SyncEngine<SingleThreadStore> { SyncEngine(store: SingleThreadStore(store: d.store)) }
 
-    static func id(_ d: TestDevice) throws -> SyncDeviceID { try #require(try d.store.syncIdentity()).id }
+    static func id(_ d: TestDevice) throws -> SyncDeviceID { try #require(try LocalCircle(d.store.replica).identity()).id }
 
     static func remembered(_ d: TestDevice) throws -> [SyncDeviceID: SyncHeadPosition] {
         try SyncHeadsSeenTable(d.store.database).heads()
@@ -72,7 +72,7 @@ struct SyncRollbackEngineTests {
                                                      [.bytea(try #require(lost[0][0].bytes))]).rows
         #expect(healed == lost)
         #expect(try b.syncedItems() == 2)
-        #expect(try b.store.syncCircle()?.rollback == nil)
+        #expect(try LocalCircle(b.store.replica).row()?.rollback == nil)
         // The next pass finds the store consistent and heals nothing more.
         try engineB.pass(b.database)
         #expect(engineB.totals.rollbacksHealed == 1)
@@ -131,7 +131,7 @@ struct SyncRollbackEngineTests {
         try engine.pass(b.database)
         #expect(engine.totals.store == .partitioned)
         #expect(engine.totals.rollbacksHealed == 0)
-        #expect(try b.store.syncCircle()?.rollback == nil)
+        #expect(try LocalCircle(b.store.replica).row()?.rollback == nil)
     }
 
     /// A full pull without the re-push of a locked class's items would delete them as gone
@@ -156,7 +156,7 @@ struct SyncRollbackEngineTests {
             Issue.record("the store is \(engineB.totals.store), not rolledBack, while the heal waits")
             return
         }
-        #expect(try b.store.syncCircle()?.rollback != nil)
+        #expect(try LocalCircle(b.store.replica).row()?.rollback != nil)
         #expect(try b.count("sync_records") == 1)  // nothing pushed, nothing pulled
         #expect(try b.syncedItems() == 2)
 
@@ -164,7 +164,7 @@ struct SyncRollbackEngineTests {
         try engineB.pass(b.database)
         #expect(engineB.totals.rollbacksHealed == 1)
         #expect(engineB.totals.store == .consistent)
-        #expect(try b.store.syncCircle()?.rollback == nil)
+        #expect(try LocalCircle(b.store.replica).row()?.rollback == nil)
         #expect(try b.count("sync_records") == 2)
         #expect(try b.syncedItems() == 2)
     }

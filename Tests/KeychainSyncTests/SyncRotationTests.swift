@@ -11,9 +11,9 @@ private let scope = AccessScope(groups: ["com.example.app"])
 /// The records exchange of one device, done by hand (no loop): its store, its key of the
 /// local epoch, and its own connection.
 extension TestDevice {
-    var identity: SyncDeviceIdentity { get throws { try store.syncIdentity()! } }
-    var circle: SyncCircleRow { get throws { try store.syncCircle()! } }
-    var key: SyncCircleKey { get throws { try store.syncCircleKey(epoch: try circle.epoch)! } }
+    var identity: SyncDeviceIdentity { get throws { try LocalCircle(store.replica).identity()! } }
+    var circle: SyncCircleRow { get throws { try LocalCircle(store.replica).row()! } }
+    var key: SyncCircleKey { get throws { try LocalCircle(store.replica).circleKey(epoch: try circle.epoch)! } }
 
     func addSynced(_ account: String, secret: String) throws {
         _ = try store.add(["class": .string("genp"), "svce": .string("rotation"), "acct": .string(account),
@@ -36,10 +36,10 @@ extension TestDevice {
     @discardableResult
     func push() throws -> SyncPushOutcome {
         let me = try identity
-        let sent = try store.syncOutgoing(circleKey: try key, writer: me.id, limit: 500)
-        let head = SyncHead.signed(by: me, counter: sent.map(\.row.version.counter).max() ?? 0, roster: try store.syncRoster()!)
+        let sent = try OutboxPush(store.replica).outgoing(circleKey: try key, writer: me.id, limit: 500)
+        let head = SyncHead.signed(by: me, counter: sent.map(\.row.version.counter).max() ?? 0, roster: try LocalCircle(store.replica).roster()!)
         let outcome = try database.push(circleID: try key.circleID, epoch: try circle.epoch, rows: sent.map(\.row), head: head)
-        if case .pushed = outcome { try store.syncPushed(sent) }
+        if case .pushed = outcome { try OutboxPush(store.replica).pushed(sent) }
         return outcome
     }
 
@@ -48,7 +48,7 @@ extension TestDevice {
     func pull() throws -> SyncApplyReport {
         let row = try circle
         let batch = try database.pull(circleID: try key.circleID, after: row.cursor, limit: 10_000)
-        return try store.syncApply(batch.rows, circleKey: try key, writer: try identity.id,
+        return try PulledRows(store.replica).apply(batch.rows, circleKey: try key, writer: try identity.id,
                                    mode: row.lastFullPull == nil ? .everyRow : .afterCursor, cursor: batch.lastSeq)
     }
 
@@ -88,7 +88,7 @@ struct SyncRotationTests {
         #expect(Set(after.map(\.recordID)).isDisjoint(with: before.map(\.recordID)))
         #expect(Set(after.map(\.version)) == Set(before.map(\.version)), "mdat, writer and counter are the item's, kept")
         #expect(try a.database.circleState(circleID: try a.key.circleID)?.epoch == 2)
-        #expect(try a.circle.epoch == 2 && a.store.syncCircleKey(epoch: 2) != nil)
+        #expect(try a.circle.epoch == 2 && LocalCircle(a.store.replica).circleKey(epoch: 2) != nil)
         #expect(try a.status().members == 2)
     }
 
@@ -160,7 +160,7 @@ struct SyncRotationTests {
         try b.addSynced("racing", secret: "sealed under epoch 1 first")
         try SyncRotation.remove(device: try c.identity.keys.fingerprint, store: a.store, database: a.database)
         #expect(try b.push() == .epochMoved(current: 2))
-        let numbered = try #require(try b.store.syncOutgoing(circleKey: try b.key, writer: try b.identity.id, limit: 10).first)
+        let numbered = try #require(try OutboxPush(b.store.replica).outgoing(circleKey: try b.key, writer: try b.identity.id, limit: 10).first)
         #expect(numbered.row.epoch == 1)
 
         #expect(try b.refresh() == .newEpoch(2))
@@ -184,7 +184,7 @@ struct SyncRotationTests {
         let cluster = try TestCluster()
         let (a, _, _) = try circleOfThree(cluster)
         let stranger = try TestDevice(cluster)
-        _ = try stranger.store.syncIdentityMakingIfNeeded()
+        _ = try LocalCircle(stranger.store.replica).identityMakingIfNeeded()
         expectError(.param) {
             try SyncRotation.remove(device: try a.identity.keys.fingerprint, store: a.store, database: a.database)
         }
@@ -203,7 +203,7 @@ struct SyncRotationTests {
         let cID = try c.identity.id
         try SyncRotation.leave(store: c.store, database: c.database)
         #expect(try c.status().state == "off")
-        #expect(try c.store.syncIdentity() == nil, "the identity goes with the circle: a departed device comes back only as a new one")
+        #expect(try LocalCircle(c.store.replica).identity() == nil, "the identity goes with the circle: a departed device comes back only as a new one")
         #expect(try c.secret("kept") == .single(.data(Array("still here".utf8))), "and so do the items")
 
         #expect(try b.refresh() == .newEpoch(2))
@@ -238,10 +238,10 @@ struct SyncRotationTests {
         _ = try b.refresh()
         let stored = try SyncRoster(verifying: try a.database.roster(circleID: try a.key.circleID))
         #expect(stored.epoch == 2 && stored.members.count == 2)
-        #expect(try a.store.syncRoster()?.entries == stored.entries)
-        #expect(try b.store.syncRoster()?.entries == stored.entries)
+        #expect(try LocalCircle(a.store.replica).roster()?.entries == stored.entries)
+        #expect(try LocalCircle(b.store.replica).roster()?.entries == stored.entries)
         #expect(try c.refresh() == .removed)
-        #expect(try c.store.syncRoster()?.entries == stored.entries)
+        #expect(try LocalCircle(c.store.replica).roster()?.entries == stored.entries)
     }
 
     @Test func aWrapOfTheNewEpochThatDoesNotVerifyIsRefusedAndTheOldEpochKept() throws {
@@ -251,6 +251,6 @@ struct SyncRotationTests {
         try b.database.connection.query("UPDATE sync_wrapped_keys SET sig = $1 WHERE epoch = 2 AND device_id = $2",
                                         [.bytea(Array(repeating: 7, count: 64)), .bytea(try b.identity.id.bytes)])
         expectError(.decode) { _ = try b.refresh() }
-        #expect(try b.circle.epoch == 1 && b.store.syncCircleKey(epoch: 2) == nil)
+        #expect(try b.circle.epoch == 1 && LocalCircle(b.store.replica).circleKey(epoch: 2) == nil)
     }
 }

@@ -1,6 +1,7 @@
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
+@testable import KeychainSync
 import Testing
 @testable import KeychainStore
 
@@ -49,7 +50,7 @@ struct SyncPushExchangeTests {
         try p.a.reopen()
         #expect(try p.syncedRow(p.a)?.syncStamp == stamp)
         #expect(try p.outgoing(p.a).first?.row.version == sent)  // the retry after the restart
-        #expect(sent.mdat == ItemStore.milliseconds(p.a.clock.now))
+        #expect(sent.mdat == ItemReplica.milliseconds(p.a.clock.now))
     }
 
     @Test func pushedEntriesLeaveTheOutboxButOneChangedSinceStays() throws {
@@ -59,7 +60,7 @@ struct SyncPushExchangeTests {
         let sent = try p.outgoing(p.a)
         p.a.clock.now += 1
         try p.a.store.update(syncedGenp("svc", "two"), changes: ["v_Data": .data([2])], scope: scope)
-        try p.a.store.syncPushed(sent)
+        try OutboxPush(p.a.store.replica).pushed(sent)
         let left = try p.outbox(p.a)
         #expect(left.count == 1 && left.first?.counter == nil)
         #expect(try p.outgoing(p.a).first?.row.version.counter == 3)

@@ -1,6 +1,7 @@
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
+import KeychainStore
 
 /// One outbox entry sealed as the row the store will upsert.
 public struct SyncOutgoingRecord: Sendable, Equatable {
@@ -15,27 +16,33 @@ public struct SyncOutgoingRecord: Sendable, Equatable {
 
 /// The push's local half (docs/sync.md, 7.1 and 7.3): outbox entries become sealed records,
 /// and go only once the store has committed them. Nothing here touches the network.
-extension ItemStore {
+public struct OutboxPush {
+    let replica: ItemReplica
+
+    public init(_ replica: ItemReplica) { self.replica = replica }
+
+    private var outbox: SyncOutboxTable { replica.outbox }
+
     /// Up to `limit` pending changes sealed under `circleKey` as rows of its epoch, in counter
     /// order. An entry pushed for the first time is numbered now and its item stamped with the
     /// version, in one local transaction; an entry given its number before keeps it and its
     /// mdat, so a retry after a lost acknowledgement carries the same tuple. Entries whose
     /// class key is not loaded stay queued and are left out. Nothing is removed from the
-    /// outbox: `syncPushed` does that once the push committed.
-    public func syncOutgoing(circleKey: SyncCircleKey, writer: SyncDeviceID, limit: Int) throws(KeychainError) -> [SyncOutgoingRecord] {
+    /// outbox: `pushed` does that once the push committed.
+    public func outgoing(circleKey: SyncCircleKey, writer: SyncDeviceID, limit: Int) throws(KeychainError) -> [SyncOutgoingRecord] {
         guard limit > 0 else { return [] }
         // Every transaction moves the generation, which the Secret Service bridge reports as
         // a change: a pass with nothing to send, or only entries waiting for a key, commits none.
         var anything = false
-        for entry in try syncOutbox.entries() where try mayGoOrChange(entry) {
+        for entry in try outbox.entries() where try mayGoOrChange(entry) {
             anything = true
             break
         }
         guard anything else { return [] }
-        return try database.transaction { () throws(KeychainError) -> [SyncOutgoingRecord] in
-            try checkCircle(circleKey)
+        return try replica.database.transaction { () throws(KeychainError) -> [SyncOutgoingRecord] in
+            try LocalCircle(replica).check(circleKey)
             var out: [SyncOutgoingRecord] = []
-            for entry in try Self.pushOrder(syncOutbox.entries()) {
+            for entry in try Self.pushOrder(outbox.entries()) {
                 guard out.count < limit else { break }
                 if let record = try outgoingRecord(entry, circleKey: circleKey, writer: writer) {
                     out.append(SyncOutgoingRecord(outboxID: entry.id, row: record))
@@ -48,12 +55,19 @@ extension ItemStore {
     /// Removes the entries of `records`, which the store has committed. An entry changed
     /// locally since it was sealed (re-queued, so its counter was cleared or given anew) stays
     /// for the next push.
-    public func syncPushed(_ records: [SyncOutgoingRecord]) throws(KeychainError) {
+    public func pushed(_ records: [SyncOutgoingRecord]) throws(KeychainError) {
         guard !records.isEmpty else { return }
-        try database.transaction { () throws(KeychainError) in
+        try replica.database.transaction { () throws(KeychainError) in
             for record in records {
-                try syncOutbox.deletePushed(entry: record.outboxID, counter: record.row.version.counter)
+                try outbox.deletePushed(entry: record.outboxID, counter: record.row.version.counter)
             }
+        }
+    }
+
+    /// Pending pushes, for status.
+    public func count() throws(KeychainError) -> Int {
+        try replica.database.query("SELECT count(*) FROM sync_outbox") { (s) throws(KeychainError) in
+            try s.step() ? Int(s.int(0)) : 0
         }
     }
 
@@ -71,33 +85,33 @@ extension ItemStore {
                                 writer: SyncDeviceID) throws(KeychainError) -> SyncRecordRow? {
         switch entry.change {
         case .version(let rowid):
-            guard let row = try table.row(rowid: rowid), row.sync == 1, let pdmn = row.protection, !pdmn.isThisDeviceOnly else {
-                try syncOutbox.delete(entry: entry.id)
+            guard let row = try replica.row(rowid: rowid), row.sync == 1, let pdmn = row.protection, !pdmn.isThisDeviceOnly else {
+                try outbox.delete(entry: entry.id)
                 return nil
             }
-            guard let key = keybag.key(for: pdmn) else { return try waitForKey(entry) }
-            let item: StoredItem
+            guard let key = replica.classKey(pdmn) else { return try waitForKey(entry) }
+            let item: (attributes: AttributeDictionary, data: SecretBytes)
             do throws(KeychainError) {
-                item = try codec.open(row, classKey: key, withAttributes: true)
+                item = try replica.open(row, classKey: key)
             } catch where error.status == .decode {
-                try syncOutbox.delete(entry: entry.id)  // altered: it opens for nobody
+                try outbox.delete(entry: entry.id)  // altered: it opens for nobody
                 return nil
             }
-            let version = try numbered(entry, writer: writer, mdat: pendingVersionMdat(entry, row))
+            let version = try numbered(entry, writer: writer, mdat: LocalVersion.pendingMdat(entry, row))
             if entry.counter == nil {
-                try table.setSyncStamp(SyncStamp(writer: writer.bytes, counter: version.counter, mdat: version.mdat), rowid: rowid)
+                try replica.stamp(SyncStamp(writer: writer.bytes, counter: version.counter, mdat: version.mdat), rowid: rowid)
             }
             var attributes = item.attributes
             attributes["v_Data"] = .data(item.data)
             let (header, body) = try SyncRecordSealer.seal(row.itemClass, pdmn, attributes, version: version, circleKey: circleKey)
             return SyncRecordRow(recordID: header.recordID, epoch: header.epoch, version: version, tombstone: false, body: body)
         case .tombstone(let tombstone):
-            guard let key = keybag.key(for: tombstone.protection) else { return try waitForKey(entry) }
+            guard let key = replica.classKey(tombstone.protection) else { return try waitForKey(entry) }
             let recordID: [UInt8]
             do throws(KeychainError) {
-                recordID = try circleKey.recordID(of: tombstone.itemClass, attributes: Self.attributes(of: tombstone, classKey: key))
+                recordID = try circleKey.recordID(of: tombstone.itemClass, attributes: LocalVersion.attributes(of: tombstone, classKey: key))
             } catch where error.status == .decode {
-                try syncOutbox.delete(entry: entry.id)
+                try outbox.delete(entry: entry.id)
                 return nil
             }
             let version = try numbered(entry, writer: writer, mdat: tombstone.mdat)
@@ -112,59 +126,25 @@ extension ItemStore {
         guard entry.counter == nil else { return true }
         switch entry.change {
         case .version(let rowid):
-            guard let pdmn = try table.row(rowid: rowid)?.protection else { return true }
-            return keybag.key(for: pdmn) != nil || pdmn.isThisDeviceOnly
+            guard let pdmn = try replica.row(rowid: rowid)?.protection else { return true }
+            return replica.classKey(pdmn) != nil || pdmn.isThisDeviceOnly
         case .tombstone(let tombstone):
-            return keybag.key(for: tombstone.protection) != nil
+            return replica.classKey(tombstone.protection) != nil
         }
     }
 
     /// The entry's version: the one it was given, or a new number now, kept in the outbox.
     private func numbered(_ entry: SyncOutboxEntry, writer: SyncDeviceID, mdat: Int64) throws(KeychainError) -> SyncVersion {
         if let counter = entry.counter { return SyncVersion(mdat: mdat, writer: writer, counter: counter) }
-        let counter = try SyncCircleTable(database).nextCounter()
-        try syncOutbox.setCounter(counter, mdat: mdat, entry: entry.id)
+        let counter = try SyncCircleTable(replica.database).nextCounter()
+        try outbox.setCounter(counter, mdat: mdat, entry: entry.id)
         return SyncVersion(mdat: mdat, writer: writer, counter: counter)
     }
 
     /// A locked entry gives its number back: later entries go out with higher ones meanwhile,
     /// and this one must not follow them under a lower number. Its mdat stays.
     private func waitForKey(_ entry: SyncOutboxEntry) throws(KeychainError) -> SyncRecordRow? {
-        if entry.counter != nil { try syncOutbox.clearCounter(entry: entry.id) }
+        if entry.counter != nil { try outbox.clearCounter(entry: entry.id) }
         return nil
-    }
-
-    /// The mdat of the version a pending entry of `row` stands for: the one fixed with its
-    /// first number, or the item's own modification time, never at or before the version the
-    /// circle has (docs/sync.md, 5).
-    func pendingVersionMdat(_ entry: SyncOutboxEntry, _ row: ItemRow) -> Int64 {
-        if let mdat = entry.mdat { return mdat }
-        return SyncVersion.stampedMdat(now: Self.milliseconds(row.modified), previous: row.syncStamp.map { stampMdat($0, row) })
-    }
-
-    /// A stamp's mdat; one stamped by hand without it takes the row's.
-    func stampMdat(_ stamp: SyncStamp, _ row: ItemRow) -> Int64 {
-        stamp.mdat ?? Self.milliseconds(row.modified)
-    }
-
-    /// The attributes a tombstone's kept blob holds (its primary key among them).
-    static func attributes(of tombstone: SyncTombstone, classKey: SecureKey) throws(KeychainError) -> AttributeDictionary {
-        let plaintext = try ItemSealer.open(tombstone.blob, identity: tombstone.identity, classKey: classKey)
-        var r = ByteReader(plaintext, failure: .decode)
-        _ = try r.lengthPrefixed(max: KeychainLimits.maxSecretBytes)  // the secret: not needed
-        let attributes = try AttributeCodec.decode(from: &r)
-        guard r.isAtEnd else { throw KeychainError(.decode, "a tombstone's item has trailing bytes") }
-        return attributes
-    }
-
-    /// The local circle row must be `circleKey`'s circle: rows are numbered and cursors kept
-    /// for the circle this device is in.
-    func checkCircle(_ circleKey: SyncCircleKey) throws(KeychainError) {
-        guard let circle = try SyncCircleTable(database).row() else {
-            throw KeychainError(.notAvailable, "this keychain is in no sync circle")
-        }
-        guard circle.circleID == circleKey.circleID.bytes else {
-            throw KeychainError(.param, "the circle key is not of the circle this keychain is in")
-        }
     }
 }

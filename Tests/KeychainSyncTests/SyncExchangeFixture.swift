@@ -1,6 +1,7 @@
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
+@testable import KeychainSync
 import Testing
 @testable import KeychainStore
 
@@ -63,7 +64,7 @@ final class SyncPair {
 
     /// What `t` would push now, sealed (not yet pushed).
     func outgoing(_ t: TemporaryStore, limit: Int = 500) throws -> [SyncOutgoingRecord] {
-        try t.store.syncOutgoing(circleKey: circleKey, writer: id(t), limit: limit)
+        try OutboxPush(t.store.replica).outgoing(circleKey: circleKey, writer: id(t), limit: limit)
     }
 
     /// One push: seal, upsert into the store, and confirm.
@@ -71,7 +72,7 @@ final class SyncPair {
     func push(_ t: TemporaryStore) throws -> [SyncOutgoingRecord] {
         let sent = try outgoing(t)
         records.push(sent.map(\.row))
-        try t.store.syncPushed(sent)
+        try OutboxPush(t.store.replica).pushed(sent)
         return sent
     }
 
@@ -83,7 +84,7 @@ final class SyncPair {
 
     func apply(_ rows: [SyncRecordRow], to t: TemporaryStore, mode: SyncPullMode = .afterCursor) throws -> SyncApplyReport {
         let cursor = max(try cursor(t), rows.map(\.seq).max() ?? 0)
-        return try t.store.syncApply(rows, circleKey: circleKey, writer: id(t), mode: mode, cursor: cursor)
+        return try PulledRows(t.store.replica).apply(rows, circleKey: circleKey, writer: id(t), mode: mode, cursor: cursor)
     }
 
     func cursor(_ t: TemporaryStore) throws -> Int64 { try SyncCircleTable(t.store.database).row()?.cursor ?? -1 }

@@ -1,18 +1,19 @@
 import KeychainModel
 import KeychainStorage
 
-/// The outbox side of sync (docs/sync.md, 7.3): every local change to a synchronizable item
-/// queues its push in the transaction that makes the change, so no change can be committed
-/// without its entry, nor an entry without its change. Nothing here leaves the machine. Each
-/// function starts with the one branch a sync = 0 item costs.
+/// The outbox, the replica port's changes to send (docs/sync.md, 7.3): every local change to
+/// a synchronizable item (sync = 1) queues its entry in the transaction that makes the change,
+/// so no change can be committed without its entry, nor an entry without its change. The
+/// replicator (ItemReplica) reads and empties it. Each function starts with the one branch a
+/// sync = 0 item costs.
 extension ItemStore {
-    var syncOutbox: SyncOutboxTable { SyncOutboxTable(database) }
+    var outbox: SyncOutboxTable { SyncOutboxTable(database) }
 
     /// After `row` was inserted (an add, a restored item).
     func queueSync(inserted row: ItemRow) throws(KeychainError) {
         guard row.sync != 0, Self.maySync(row) else { return }
-        try syncOutbox.queueVersion(item: row.rowid)
-        syncQueuedChanges &+= 1
+        try outbox.queueVersion(item: row.rowid)
+        outboxQueuedChanges &+= 1
     }
 
     /// After `old` was replaced by `new` (same rowid). A change of primary key or of sync
@@ -24,11 +25,11 @@ extension ItemStore {
                 try queueSyncTombstone(for: old)
                 try table.clearSyncStamp(rowid: old.rowid)
             }
-            if new.sync == 0 { try syncOutbox.dequeueVersion(item: old.rowid) }
+            if new.sync == 0 { try outbox.dequeueVersion(item: old.rowid) }
         }
         if new.sync != 0, Self.maySync(new) {
-            try syncOutbox.queueVersion(item: new.rowid)
-            syncQueuedChanges &+= 1
+            try outbox.queueVersion(item: new.rowid)
+            outboxQueuedChanges &+= 1
         }
     }
 
@@ -54,32 +55,15 @@ extension ItemStore {
         for row in stamped { try queueSyncTombstone(for: row) }
     }
 
-    /// On leaving a circle (inside the caller's transaction): every synced item becomes one no
-    /// circle has seen (no stamp) with its push queued, as if added outside any circle. Kept
-    /// stamped, the first full pull of the next circle would find their records absent and
-    /// delete them as deleted elsewhere (docs/sync.md, 5), and a heal there would push them
-    /// with the old circle's writers.
-    func unstampSyncedItems() throws(KeychainError) {
-        for cls in ItemClass.stored {
-            for pdmn in Protection.allCases where !pdmn.isThisDeviceOnly {
-                for row in try stampedSyncedRows(of: cls, protection: pdmn) {
-                    try table.clearSyncStamp(rowid: row.rowid)
-                    try syncOutbox.queueVersion(item: row.rowid)
-                    syncQueuedChanges &+= 1
-                }
-            }
-        }
-    }
-
     private func queueSyncTombstone(for row: ItemRow) throws(KeychainError) {
         guard Self.maySync(row), let pdmn = row.protection else { return }
         // The delete is a new version of the record: never before the version it removes,
         // whether that is the stamped one or a later local change.
         let previous = max(Self.milliseconds(row.modified), row.syncStamp?.mdat ?? .min)
         let mdat = SyncVersion.stampedMdat(now: Self.milliseconds(now()), previous: previous)
-        try syncOutbox.queueTombstone(SyncTombstone(itemClass: row.itemClass, protection: pdmn,
+        try outbox.queueTombstone(SyncTombstone(itemClass: row.itemClass, protection: pdmn,
                                                     identity: codec.identity(of: row), blob: row.blob, mdat: mdat))
-        syncQueuedChanges &+= 1
+        outboxQueuedChanges &+= 1
     }
 
     /// Never a ThisDeviceOnly row, even one edited to say sync = 1 (adds and updates refuse

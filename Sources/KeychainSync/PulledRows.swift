@@ -1,6 +1,7 @@
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
+import KeychainStore
 
 /// What one batch of pulled rows did locally.
 public struct SyncApplyReport: Sendable, Equatable {
@@ -39,20 +40,26 @@ enum SyncRowOutcome {
 /// their conflicts settled by the version tuple, replays refused, and rows of a locked class
 /// kept for the unlock. Nothing here touches the network, and nothing applied here is queued
 /// to be pushed back.
-extension ItemStore {
+public struct PulledRows {
+    let replica: ItemReplica
+
+    public init(_ replica: ItemReplica) { self.replica = replica }
+
+    private var database: SQLiteDatabase { replica.database }
+
     /// Applies `rows` (in seq order) and stores `cursor` in the same transaction, so a batch
     /// is applied with its cursor or not at all. A row that does not open, or is a replay
     /// (`mode` afterCursor), is counted and skipped, never thrown. `writer` is this device's
     /// id: an unpushed local change is its version.
-    public func syncApply(_ rows: [SyncRecordRow], circleKey: SyncCircleKey, writer: SyncDeviceID, mode: SyncPullMode,
+    public func apply(_ rows: [SyncRecordRow], circleKey: SyncCircleKey, writer: SyncDeviceID, mode: SyncPullMode,
                           cursor: Int64) throws(KeychainError) -> SyncApplyReport {
         // A pull that found nothing commits nothing (each transaction moves the generation).
         if rows.isEmpty, try SyncCircleTable(database).row()?.cursor == cursor { return SyncApplyReport() }
         return try database.transaction { () throws(KeychainError) -> SyncApplyReport in
-            try checkCircle(circleKey)
+            try LocalCircle(replica).check(circleKey)
             let seen = SyncWritersSeenTable(database)
             var ledger = try seen.ledger()
-            var application = SyncApplication(store: self, circleKey: circleKey, writer: writer)
+            var application = PulledRowApplication(replica: replica, circleKey: circleKey, writer: writer)
             var report = SyncApplyReport()
             for row in rows.sorted(by: { $0.seq < $1.seq }) {
                 guard let contents = Self.open(row, circleKey: circleKey) else {
@@ -77,18 +84,18 @@ extension ItemStore {
 
     /// Applies the inbox's rows whose class key is now loaded (after an unlock); the others
     /// stay, counted as deferred. Their replay check was made when they were pulled.
-    public func syncApplyInbox(circleKey: SyncCircleKey, writer: SyncDeviceID) throws(KeychainError) -> SyncApplyReport {
+    public func applyInbox(circleKey: SyncCircleKey, writer: SyncDeviceID) throws(KeychainError) -> SyncApplyReport {
         let inbox = SyncInboxTable(database)
         // Still locked (the usual case at each housekeeping pass): nothing to commit.
         let waiting = try inbox.rows()
         let stillLocked = waiting.allSatisfy { row in
             guard case .item(_, let pdmn, _)? = Self.open(row, circleKey: circleKey) else { return false }
-            return keybag.key(for: pdmn) == nil
+            return replica.classKey(pdmn) == nil
         }
         if stillLocked { return SyncApplyReport(deferred: waiting.count) }
         return try database.transaction { () throws(KeychainError) -> SyncApplyReport in
-            try checkCircle(circleKey)
-            var application = SyncApplication(store: self, circleKey: circleKey, writer: writer)
+            try LocalCircle(replica).check(circleKey)
+            var application = PulledRowApplication(replica: replica, circleKey: circleKey, writer: writer)
             var report = SyncApplyReport()
             for row in try inbox.rows() {
                 let outcome: SyncRowOutcome
@@ -104,14 +111,8 @@ extension ItemStore {
         }
     }
 
-    /// Records that a pull reading every row (mode everyRow) reached the end of the store:
-    /// later pulls run afterCursor, where an old counter of a writer is a replay.
-    public func syncFullPullEnded(at mdat: Int64) throws(KeychainError) {
-        try database.transaction { () throws(KeychainError) in try SyncCircleTable(database).setLastFullPull(mdat) }
-    }
-
     /// Rows waiting in the inbox for their class key, for status.
-    public func syncInboxCount() throws(KeychainError) -> Int { try SyncInboxTable(database).count() }
+    public func inboxCount() throws(KeychainError) -> Int { try SyncInboxTable(database).count() }
 
     /// The row opened, or nil for anything but a record sealed by a member for exactly this
     /// row: its circle, epoch, record id and version.
@@ -126,8 +127,8 @@ extension ItemStore {
 /// record id only, which this device does not store (docs/sync.md, 2.2): the record ids of the
 /// local synced items, and of pending tombstones, are computed once per class when a row
 /// first needs them, and kept up to date as rows add and delete items.
-private struct SyncApplication {
-    let store: ItemStore
+private struct PulledRowApplication {
+    let replica: ItemReplica
     let circleKey: SyncCircleKey
     let writer: SyncDeviceID
     /// Per class: record id → rowid of the synced items; nil when some could not be opened
@@ -136,8 +137,8 @@ private struct SyncApplication {
     /// Per class: record id → pending tombstone entry; nil when some could not be opened.
     private var tombstones: [ItemClass: [[UInt8]: SyncOutboxEntry]?] = [:]
 
-    init(store: ItemStore, circleKey: SyncCircleKey, writer: SyncDeviceID) {
-        self.store = store
+    init(replica: ItemReplica, circleKey: SyncCircleKey, writer: SyncDeviceID) {
+        self.replica = replica
         self.circleKey = circleKey
         self.writer = writer
     }
@@ -154,24 +155,24 @@ private struct SyncApplication {
         switch contents {
         case .item(let cls, let pdmn, let attributes):
             guard let (attributes, data) = Self.storable(cls, pdmn, attributes) else { return .rejected }
-            guard let key = store.keybag.key(for: pdmn) else { return .deferred }
+            guard let key = replica.classKey(pdmn) else { return .deferred }
             guard let held = try local(cls, row.recordID, holder: holder(cls, attributes)) else { return .deferred }
             guard try incomingWins(row.version, held) else { return .superseded }
             if let tombstone = held.tombstone { try drop(tombstone, cls, row.recordID) }
-            if let pending = held.pending { try store.syncOutbox.delete(entry: pending.id) }
+            if let pending = held.pending { try replica.outbox.delete(entry: pending.id) }
             let stamp = SyncStamp(writer: row.version.writer.bytes, counter: row.version.counter, mdat: row.version.mdat)
             if let item = held.item {
-                var replaced = store.codec.seal(cls, attributes: attributes, data: data, persistentID: item.persistentID,
+                var replaced = replica.seal(cls, attributes: attributes, data: data, persistentID: item.persistentID,
                                                 classKey: key, rowid: item.rowid)
                 replaced.attributeHashes = replaced.attributeHashes ?? []  // none now: clear the old ones
-                try store.table.replace(replaced)
-                try store.table.setSyncStamp(stamp, rowid: item.rowid)
+                try replica.replace(replaced)
+                try replica.stamp(stamp, rowid: item.rowid)
             } else {
-                var added = store.codec.seal(cls, attributes: attributes, data: data,
-                                             persistentID: PersistentID.make(at: store.now()), classKey: key)
+                var added = replica.seal(cls, attributes: attributes, data: data,
+                                        persistentID: replica.newPersistentID(), classKey: key)
                 added.syncStamp = stamp
                 do throws(KeychainError) {
-                    added.rowid = try store.table.insert(added)
+                    added.rowid = try replica.insert(added)
                 } catch where error.status == .duplicateItem {
                     return .rejected  // held by a row this keychain hashed otherwise (before schema v4)
                 }
@@ -185,7 +186,7 @@ private struct SyncApplication {
             guard try incomingWins(row.version, held) else { return .superseded }
             if let tombstone = held.tombstone { try drop(tombstone, cls, row.recordID) }
             if let item = held.item {
-                try store.table.delete(rowid: item.rowid)  // its pending change goes with it; no tombstone is queued
+                try replica.delete(rowid: item.rowid)  // its pending change goes with it; no tombstone is queued
                 items[cls]??[row.recordID] = nil
             }
             return .applied
@@ -202,18 +203,18 @@ private struct SyncApplication {
         // A change not numbered yet will be, above every number given so far.
         if let change = local.pending, let item = local.item {
             pending = change
-            version = SyncVersion(mdat: store.pendingVersionMdat(change, item), writer: writer, counter: change.counter ?? .max)
+            version = SyncVersion(mdat: LocalVersion.pendingMdat(change, item), writer: writer, counter: change.counter ?? .max)
         } else if let tombstone = local.tombstone, case .tombstone(let deleted) = tombstone.change {
             pending = tombstone
             version = SyncVersion(mdat: deleted.mdat, writer: writer, counter: tombstone.counter ?? .max)
         } else if let item = local.item, let stamp = item.syncStamp, let stampWriter = try? SyncDeviceID(stamp.writer) {
-            version = SyncVersion(mdat: store.stampMdat(stamp, item), writer: stampWriter, counter: stamp.counter)
+            version = SyncVersion(mdat: LocalVersion.stampMdat(stamp, item), writer: stampWriter, counter: stamp.counter)
         }
         switch SyncConflict.resolve(local: version, incoming: incoming) {
         case .takeIncoming:
             return true
         case .identical:
-            if let pending { try store.syncOutbox.deletePushed(entry: pending.id, counter: incoming.counter) }
+            if let pending { try replica.outbox.deletePushed(entry: pending.id, counter: incoming.counter) }
             return false
         case .keepLocal:
             return false
@@ -225,12 +226,12 @@ private struct SyncApplication {
     private mutating func local(_ cls: ItemClass, _ recordID: [UInt8], holder: ItemRow?) throws(KeychainError) -> Local? {
         guard let pendingTombstones = try pendingTombstones(cls) else { return nil }
         var local = Local(item: holder, tombstone: pendingTombstones[recordID])
-        if let holder { local.pending = try store.syncOutbox.entry(item: holder.rowid) }
+        if let holder { local.pending = try replica.outbox.entry(item: holder.rowid) }
         return local
     }
 
     private mutating func drop(_ tombstone: SyncOutboxEntry, _ cls: ItemClass, _ recordID: [UInt8]) throws(KeychainError) {
-        try store.syncOutbox.delete(entry: tombstone.id)
+        try replica.outbox.delete(entry: tombstone.id)
         tombstones[cls]??[recordID] = nil
     }
 
@@ -238,11 +239,11 @@ private struct SyncApplication {
     /// hashes of its primary key (no item needs opening).
     private func holder(_ cls: ItemClass, _ attributes: AttributeDictionary) throws(KeychainError) -> ItemRow? {
         let schema = ClassSchema.of(cls)!
-        let hashes = store.codec.hashes(of: cls, attributes)
+        let hashes = replica.lookupHashes(of: cls, attributes)
         let filter = RowFilter(itemClass: cls, accessGroups: [attributes["agrp"]!.stringValue!], sync: 1,
                                hashes: schema.primaryKey.map { ($0.code, hashes[$0.code] ?? []) })
         var found: ItemRow?
-        try store.table.forEach(filter) { found = $0; return false }
+        try replica.forEachRow(matching: filter) { found = $0; return false }
         return found
     }
 
@@ -252,16 +253,16 @@ private struct SyncApplication {
         if items[cls] == nil { items[cls] = try recordIDsOfItems(cls) }
         guard let byRecord = items[cls]! else { return nil }
         guard let rowid = byRecord[recordID] else { return .some(nil) }
-        return .some(try store.table.row(rowid: rowid))
+        return .some(try replica.row(rowid: rowid))
     }
 
     private func recordIDsOfItems(_ cls: ItemClass) throws(KeychainError) -> [[UInt8]: Int64]? {
         var out: [[UInt8]: Int64] = [:]
         var complete = true
         for pdmn in Protection.allCases where !pdmn.isThisDeviceOnly {
-            let key = store.keybag.key(for: pdmn)
+            let key = replica.classKey(pdmn)
             var rows: [ItemRow] = []
-            try store.table.forEachRow(of: cls, protection: pdmn) { row in
+            try replica.forEachRow(of: cls, protection: pdmn) { row in
                 if row.sync == 1 { rows.append(row) }
                 return key != nil || rows.isEmpty  // one synced row of a locked class is enough to know
             }
@@ -271,7 +272,7 @@ private struct SyncApplication {
             }
             for row in rows {
                 // An altered row opens for nobody and is no record's item.
-                guard let item = try? store.codec.open(row, classKey: key, withAttributes: true) else { continue }
+                guard let item = try? replica.open(row, classKey: key) else { continue }
                 out[try circleKey.recordID(of: cls, attributes: item.attributes)] = row.rowid
             }
         }
@@ -282,13 +283,13 @@ private struct SyncApplication {
     private mutating func pendingTombstones(_ cls: ItemClass) throws(KeychainError) -> [[UInt8]: SyncOutboxEntry]? {
         if let known = tombstones[cls] { return known }
         var out: [[UInt8]: SyncOutboxEntry]? = [:]
-        for entry in try store.syncOutbox.tombstones(of: cls) {
+        for entry in try replica.outbox.tombstones(of: cls) {
             guard case .tombstone(let tombstone) = entry.change else { continue }
-            guard let key = store.keybag.key(for: tombstone.protection) else {
+            guard let key = replica.classKey(tombstone.protection) else {
                 out = nil
                 break
             }
-            guard let attributes = try? ItemStore.attributes(of: tombstone, classKey: key) else { continue }
+            guard let attributes = try? LocalVersion.attributes(of: tombstone, classKey: key) else { continue }
             out?[try circleKey.recordID(of: cls, attributes: attributes)] = entry
         }
         tombstones[cls] = out

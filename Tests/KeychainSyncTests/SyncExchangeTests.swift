@@ -1,6 +1,7 @@
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
+@testable import KeychainSync
 import Testing
 @testable import KeychainStore
 
@@ -31,7 +32,7 @@ struct SyncExchangeTests {
         let p = try SyncPair()
         let inet: AttributeDictionary = ["class": .string("inet"), "srvr": .string("example.com"), "acct": .string("me"),
                                          "ptcl": .string("htps"), "port": .int(443), "sync": .int(1), "v_Data": .data([1])]
-        let cert: AttributeDictionary = ["class": .string("cert"), "sync": .int(1), "v_Data": .data(TestCertificate.p256DER)]
+        let cert: AttributeDictionary = ["class": .string("cert"), "sync": .int(1), "v_Data": .data(p256CertificateDER)]
         try p.a.add(inet)
         try p.a.add(cert)
         _ = try p.a.store.keys.generateKey(["type": .int(KeyType.ed25519.attributeNumber), "labl": .string("k"), "sync": .int(1)],
@@ -99,7 +100,7 @@ struct SyncExchangeTests {
         let before = try generations()
         #expect(try p.push(p.a).isEmpty)
         #expect(try p.pull(p.b) == SyncApplyReport())
-        #expect(try p.b.store.syncApplyInbox(circleKey: p.circleKey, writer: p.idB) == SyncApplyReport(deferred: 1))
+        #expect(try PulledRows(p.b.store.replica).applyInbox(circleKey: p.circleKey, writer: p.idB) == SyncApplyReport(deferred: 1))
         #expect(try generations() == before)
     }
 
@@ -254,9 +255,9 @@ struct SyncExchangeTests {
         #expect(try p.pull(p.b) == SyncApplyReport(applied: 1, deferred: 1))
         #expect(try SyncInboxTable(p.b.store.database).count() == 1)
         #expect(try p.b.secret(syncedGenp("svc", "ck")) == [2])
-        #expect(try p.b.store.syncApplyInbox(circleKey: p.circleKey, writer: p.idB) == SyncApplyReport(deferred: 1))
+        #expect(try PulledRows(p.b.store.replica).applyInbox(circleKey: p.circleKey, writer: p.idB) == SyncApplyReport(deferred: 1))
         try p.b.store.unlock(passcode: [1, 2, 3])
-        #expect(try p.b.store.syncApplyInbox(circleKey: p.circleKey, writer: p.idB) == SyncApplyReport(applied: 1))
+        #expect(try PulledRows(p.b.store.replica).applyInbox(circleKey: p.circleKey, writer: p.idB) == SyncApplyReport(applied: 1))
         #expect(try p.b.secret(syncedGenp("svc", "ak")) == [1])
         #expect(try SyncInboxTable(p.b.store.database).count() == 0)
     }
@@ -272,7 +273,7 @@ struct SyncExchangeTests {
         try p.push(p.a)
         #expect(try p.pull(p.b) == SyncApplyReport(deferred: 1))
         try p.b.store.unlock(passcode: [1, 2, 3])
-        #expect(try p.b.store.syncApplyInbox(circleKey: p.circleKey, writer: p.idB) == SyncApplyReport(applied: 1))
+        #expect(try PulledRows(p.b.store.replica).applyInbox(circleKey: p.circleKey, writer: p.idB) == SyncApplyReport(applied: 1))
         #expect(try p.item(p.b, genp("svc", "ak")) == nil)
     }
 }

@@ -1,17 +1,24 @@
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
+import KeychainStore
 
 /// The local half of sync membership (docs/sync.md, 2.1, 2.2, 7.3): this device's identity,
-/// the circle keys it holds and the roster it verified. Secrets are sealed under CK[ck], so
-/// none of this opens before the first unlock, and none of it is in a backup (backups carry
-/// items only: a restored keychain is a new device).
-extension ItemStore {
-    var syncCircleTable: SyncCircleTable { SyncCircleTable(database) }
+/// the circle keys it holds and the roster it verified, in tables beside the items. Secrets
+/// are sealed under CK[ck], which the replica port lends, so none of this opens before the
+/// first unlock, and none of it is in a backup (backups carry items only: a restored keychain
+/// is a new device). An erase drops it with the class keys (ReplicaStateTables).
+public struct LocalCircle {
+    let replica: ItemReplica
+
+    public init(_ replica: ItemReplica) { self.replica = replica }
+
+    private var database: SQLiteDatabase { replica.database }
+    private var circleTable: SyncCircleTable { SyncCircleTable(database) }
 
     /// CK[ck], or errSecInteractionNotAllowed saying what to do: sync's keys are sealed under it.
-    private func syncClassKey() throws(KeychainError) -> SecureKey {
-        guard let key = keybag.key(for: .afterFirstUnlock) else {
+    private func classKey() throws(KeychainError) -> SecureKey {
+        guard let key = replica.classKey(.afterFirstUnlock) else {
             throw KeychainError(.interactionNotAllowed,
                                 "the keychain has not been unlocked since keychaind started: sync keys open after the first unlock (`keychain unlock`)")
         }
@@ -19,10 +26,10 @@ extension ItemStore {
     }
 
     /// This device's identity; nil when none was made yet.
-    public func syncIdentity() throws(KeychainError) -> SyncDeviceIdentity? {
+    public func identity() throws(KeychainError) -> SyncDeviceIdentity? {
         guard let row = try SyncIdentityTable(database).row() else { return nil }
         let identity = try SyncDeviceIdentity(opening: row.sealedSecrets, id: try SyncDeviceID(row.deviceID),
-                                              classKey: try syncClassKey())
+                                              classKey: try classKey())
         guard identity.keys.signPublicKey == row.signPublicKey, identity.keys.agreementPublicKey == row.agreementPublicKey else {
             throw KeychainError(.decode, "the sync identity's public keys do not match its secrets: the row was altered")
         }
@@ -30,9 +37,9 @@ extension ItemStore {
     }
 
     /// This device's identity, made and stored now if it has none (first use of a sync command).
-    public func syncIdentityMakingIfNeeded() throws(KeychainError) -> SyncDeviceIdentity {
-        if let existing = try syncIdentity() { return existing }
-        let classKey = try syncClassKey()
+    public func identityMakingIfNeeded() throws(KeychainError) -> SyncDeviceIdentity {
+        if let existing = try identity() { return existing }
+        let classKey = try classKey()
         let identity = SyncDeviceIdentity.generate()
         try database.transaction { () throws(KeychainError) in
             try SyncIdentityTable(database).insert(SyncIdentityRow(
@@ -42,22 +49,33 @@ extension ItemStore {
         return identity
     }
 
+    /// This device's public keys, read without any class key (status before the first
+    /// unlock); nil when it has no identity. errSecDecode if the row's id is not its keys'.
+    public func deviceKeys() throws(KeychainError) -> SyncDeviceKeys? {
+        guard let row = try SyncIdentityTable(database).row() else { return nil }
+        let keys = try SyncDeviceKeys(signPublicKey: row.signPublicKey, agreementPublicKey: row.agreementPublicKey)
+        guard keys.id.bytes == row.deviceID else {
+            throw KeychainError(.decode, "the sync identity's id is not its keys' id: the row was altered")
+        }
+        return keys
+    }
+
     /// The circle row; nil outside any circle.
-    public func syncCircle() throws(KeychainError) -> SyncCircleRow? { try syncCircleTable.row() }
+    public func row() throws(KeychainError) -> SyncCircleRow? { try circleTable.row() }
 
     /// CCK(epoch) of this device's circle; nil if it holds none for that epoch (or is in no
     /// circle). ck locked: errSecInteractionNotAllowed.
-    public func syncCircleKey(epoch: UInt32) throws(KeychainError) -> SyncCircleKey? {
-        guard let circle = try syncCircleTable.row(),
+    public func circleKey(epoch: UInt32) throws(KeychainError) -> SyncCircleKey? {
+        guard let circle = try circleTable.row(),
               let sealed = try SyncKeysTable(database).sealedKey(circleID: circle.circleID, epoch: epoch) else { return nil }
         return try SyncCircleKey(opening: sealed, circleID: try SyncCircleID(circle.circleID), epoch: epoch,
-                                 classKey: try syncClassKey())
+                                 classKey: try classKey())
     }
 
     /// The roster this device verified, verified again as it is read (a row altered on disk
     /// is errSecDecode, never believed); nil outside any circle.
-    public func syncRoster() throws(KeychainError) -> SyncRoster? {
-        guard let circle = try syncCircleTable.row() else { return nil }
+    public func roster() throws(KeychainError) -> SyncRoster? {
+        guard let circle = try circleTable.row() else { return nil }
         let rows = try SyncRosterTable(database).entries(circleID: circle.circleID)
         guard !rows.isEmpty else { return nil }
         var signed: [SignedRosterEntry] = []
@@ -73,17 +91,17 @@ extension ItemStore {
 
     /// Enters a circle (create or join) in one transaction: the row, the verified roster, and
     /// the circle key when this device already has it (the founder; a joiner gets it later).
-    public func syncEnter(roster: SyncRoster, state: String, circleKey: SyncCircleKey?) throws(KeychainError) {
-        let classKey = try syncClassKey()
+    public func enter(roster: SyncRoster, state: String, circleKey: SyncCircleKey?) throws(KeychainError) {
+        let classKey = try classKey()
         let circle = SyncCircleRow(circleID: roster.circleID.bytes, epoch: roster.epoch, state: state,
                                    storeRosterLength: roster.length, storeRosterHash: roster.hash)
         try database.transaction { () throws(KeychainError) in
-            if let existing = try syncCircleTable.row(), existing.circleID != circle.circleID {
+            if let existing = try circleTable.row(), existing.circleID != circle.circleID {
                 throw KeychainError(.duplicateItem, "this keychain is already in another sync circle")
             }
             try SyncRosterTable(database).deleteAll()
             try SyncHeadsSeenTable(database).replace(with: [:])
-            try syncCircleTable.save(circle)
+            try circleTable.save(circle)
             try appendRoster(roster, circleID: circle.circleID)
             if let circleKey {
                 try SyncKeysTable(database).save(circleID: circle.circleID, epoch: circleKey.epoch,
@@ -94,10 +112,10 @@ extension ItemStore {
 
     /// Stores what a refresh verified: the longer roster, the circle's epoch and state, the
     /// store's roster length and hash, and a circle key newly unwrapped. One transaction.
-    public func syncRefreshed(roster: SyncRoster, state: String, circleKey: SyncCircleKey?) throws(KeychainError) {
-        let classKey = try syncClassKey()
+    public func refreshed(roster: SyncRoster, state: String, circleKey: SyncCircleKey?) throws(KeychainError) {
+        let classKey = try classKey()
         try database.transaction { () throws(KeychainError) in
-            guard var circle = try syncCircleTable.row(), circle.circleID == roster.circleID.bytes else {
+            guard var circle = try circleTable.row(), circle.circleID == roster.circleID.bytes else {
                 throw KeychainError(.notAvailable, "this keychain is in no sync circle")
             }
             try appendRoster(roster, circleID: circle.circleID)
@@ -115,18 +133,18 @@ extension ItemStore {
             circle.state = state
             circle.storeRosterLength = roster.length
             circle.storeRosterHash = roster.hash
-            try syncCircleTable.save(circle)
+            try circleTable.save(circle)
         }
     }
 
     /// Leaves the circle locally: the row, the circle keys, the roster and the identity go in
     /// one transaction; every item stays. A later create or join makes a new identity: a
     /// circle never takes back a device that left or was removed (SyncRoster.departed).
-    public func syncLeft() throws(KeychainError) {
+    public func leave() throws(KeychainError) {
         try database.transaction { () throws(KeychainError) in
-            try unstampSyncedItems()
+            try StampedItems(replica).unstampAll()
             try database.run("DELETE FROM sync_identity")
-            try syncCircleTable.delete()
+            try circleTable.delete()
             try SyncKeysTable(database).deleteAll()
             try SyncRosterTable(database).deleteAll()
             try SyncHeadsSeenTable(database).replace(with: [:])
@@ -134,25 +152,25 @@ extension ItemStore {
     }
 
     /// Sets the circle's state alone (a fork found: nothing else changes).
-    public func setSyncState(_ state: String) throws(KeychainError) {
-        try database.transaction { () throws(KeychainError) in try syncCircleTable.setState(state) }
+    public func setState(_ state: String) throws(KeychainError) {
+        try database.transaction { () throws(KeychainError) in try circleTable.setState(state) }
     }
 
-    /// Pending pushes, for status.
-    public func syncOutboxCount() throws(KeychainError) -> Int {
-        try database.query("SELECT count(*) FROM sync_outbox") { (s) throws(KeychainError) in
-            try s.step() ? Int(s.int(0)) : 0
+    /// Records that a pull reading every row (mode everyRow) reached the end of the store:
+    /// later pulls run afterCursor, where an old counter of a writer is a replay.
+    public func fullPullEnded(at mdat: Int64) throws(KeychainError) {
+        try database.transaction { () throws(KeychainError) in try circleTable.setLastFullPull(mdat) }
+    }
+
+    /// The local circle row must be `circleKey`'s circle: rows are numbered and cursors kept
+    /// for the circle this device is in.
+    func check(_ circleKey: SyncCircleKey) throws(KeychainError) {
+        guard let circle = try circleTable.row() else {
+            throw KeychainError(.notAvailable, "this keychain is in no sync circle")
         }
-    }
-
-    /// Drops the identity, circle row, keys and roster (inside the caller's transaction): an
-    /// erase, which replaces the class key they are sealed under, makes this a new device.
-    func forgetSyncMembership() throws(KeychainError) {
-        try database.run("DELETE FROM sync_identity")
-        try syncCircleTable.delete()
-        try SyncKeysTable(database).deleteAll()
-        try SyncRosterTable(database).deleteAll()
-        try SyncHeadsSeenTable(database).replace(with: [:])
+        guard circle.circleID == circleKey.circleID.bytes else {
+            throw KeychainError(.param, "the circle key is not of the circle this keychain is in")
+        }
     }
 
     private func appendRoster(_ roster: SyncRoster, circleID: [UInt8]) throws(KeychainError) {
@@ -161,18 +179,5 @@ extension ItemStore {
             try table.append(circleID: circleID, number: signed.entry.number, entry: signed.entry.encoded,
                              signature: signed.signature)
         }
-    }
-}
-
-extension ItemStore {
-    /// This device's public keys, read without any class key (status before the first
-    /// unlock); nil when it has no identity. errSecDecode if the row's id is not its keys'.
-    public func syncDeviceKeys() throws(KeychainError) -> SyncDeviceKeys? {
-        guard let row = try SyncIdentityTable(database).row() else { return nil }
-        let keys = try SyncDeviceKeys(signPublicKey: row.signPublicKey, agreementPublicKey: row.agreementPublicKey)
-        guard keys.id.bytes == row.deviceID else {
-            throw KeychainError(.decode, "the sync identity's id is not its keys' id: the row was altered")
-        }
-        return keys
     }
 }

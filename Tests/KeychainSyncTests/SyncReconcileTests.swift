@@ -1,6 +1,7 @@
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
+@testable import KeychainSync
 import Testing
 @testable import KeychainStore
 
@@ -14,7 +15,7 @@ struct SyncReconcileTests {
         let p = try SyncPair()
         try p.a.add(syncedGenp("svc", "gone"))
         _ = try p.push(p.a)
-        #expect(try p.a.store.syncReconcile(present: [], circleKey: p.circleKey) == 1)
+        #expect(try StampedItems(p.a.store.replica).reconcile(present: [], circleKey: p.circleKey) == 1)
         #expect(try p.item(p.a, syncedGenp("svc", "gone")) == nil)
         #expect(try p.outbox(p.a).isEmpty)  // no tombstone: the circle has no such record
     }
@@ -23,7 +24,7 @@ struct SyncReconcileTests {
         let p = try SyncPair()
         try p.a.add(syncedGenp("svc", "kept"))
         let sent = try p.push(p.a)
-        #expect(try p.a.store.syncReconcile(present: Set(sent.map(\.row.recordID)), circleKey: p.circleKey) == 0)
+        #expect(try StampedItems(p.a.store.replica).reconcile(present: Set(sent.map(\.row.recordID)), circleKey: p.circleKey) == 0)
         #expect(try p.item(p.a, syncedGenp("svc", "kept")) != nil)
     }
 
@@ -33,7 +34,7 @@ struct SyncReconcileTests {
         _ = try p.push(p.a)
         p.a.clock.now += 1
         try p.a.store.update(syncedGenp("svc", "changed"), changes: ["v_Data": .data([9])], scope: scope)
-        #expect(try p.a.store.syncReconcile(present: [], circleKey: p.circleKey) == 0)
+        #expect(try StampedItems(p.a.store.replica).reconcile(present: [], circleKey: p.circleKey) == 0)
         #expect(try p.item(p.a, syncedGenp("svc", "changed")) != nil)
         #expect(try p.outbox(p.a).count == 1)
     }
@@ -42,7 +43,7 @@ struct SyncReconcileTests {
         let p = try SyncPair()
         try p.a.add(syncedGenp("svc", "new"))       // queued, never pushed: no stamp
         try p.a.add(genp("svc", "local"))           // sync = 0
-        #expect(try p.a.store.syncReconcile(present: [], circleKey: p.circleKey) == 0)
+        #expect(try StampedItems(p.a.store.replica).reconcile(present: [], circleKey: p.circleKey) == 0)
         #expect(try p.item(p.a, syncedGenp("svc", "new")) != nil)
         var local = genp("svc", "local")
         local["r_Attributes"] = .bool(true)
@@ -58,7 +59,7 @@ struct SyncReconcileTests {
         _ = try p.push(p.a)
         #expect(try p.pull(p.b, mode: .everyRow) == SyncApplyReport(applied: 1))
         #expect(try p.item(p.b, syncedGenp("svc", "shared")) != nil)
-        #expect(try p.b.store.syncReconcile(present: [], circleKey: p.circleKey) == 1)
+        #expect(try StampedItems(p.b.store.replica).reconcile(present: [], circleKey: p.circleKey) == 1)
         #expect(try p.item(p.b, syncedGenp("svc", "shared")) == nil)
     }
 
@@ -67,7 +68,7 @@ struct SyncReconcileTests {
         try p.a.add(syncedGenp("svc", "kept"))
         _ = try p.push(p.a)
         let other = SyncCircleKey.random(circleID: p.circleKey.circleID, epoch: 2)
-        #expect(throws: KeychainError.self) { try p.a.store.syncReconcile(present: [], circleKey: other) }
+        #expect(throws: KeychainError.self) { try StampedItems(p.a.store.replica).reconcile(present: [], circleKey: other) }
         #expect(try p.item(p.a, syncedGenp("svc", "kept")) != nil)
     }
 }
