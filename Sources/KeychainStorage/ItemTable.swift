@@ -22,7 +22,7 @@ public struct ItemRow: Sendable, Equatable {
     /// The last version of this item the sync circle has had from this device or sent to it;
     /// nil: the circle has never seen the item's record. Written by `insert`, kept by
     /// `replace` (a new local version is still the record the circle saw).
-    public var syncStamp: SyncStamp?
+    public var syncStamp: ReplicaStamp?
 
     public init(itemClass: ItemClass, persistentID: [UInt8], accessGroup: String, protection: Protection?,
                 sync: Int64, created: Double, modified: Double, hashes: [String: [UInt8]], blob: [UInt8]) {
@@ -40,7 +40,7 @@ public struct ItemRow: Sendable, Equatable {
 
 /// The version of an item the circle has (docs/sync.md, 7.3): writer, counter and mdat, the
 /// tuple that a pulled version is compared with. Kept as the columns hold it.
-public struct SyncStamp: Sendable, Equatable {
+public struct ReplicaStamp: Sendable, Equatable {
     public var writer: [UInt8]
     public var counter: Int64
     /// ms since 2001; nil only in a row stamped by hand without it (schema v6 had no column):
@@ -156,17 +156,17 @@ public struct ItemTable {
 
     /// Forgets that the circle saw the item: its record is no longer the one the circle knows
     /// (a primary key or sync changed by an update, after the old record's tombstone).
-    public func clearSyncStamp(rowid: Int64) throws(KeychainError) {
+    public func clearStamp(rowid: Int64) throws(KeychainError) {
         try db.run("UPDATE items SET sync_writer = NULL, sync_counter = NULL, sync_mdat = NULL WHERE rowid = ?", [.int(rowid)])
     }
 
     /// Records that the circle has (or is being sent) this version of the item.
-    public func setSyncStamp(_ stamp: SyncStamp, rowid: Int64) throws(KeychainError) {
+    public func setStamp(_ stamp: ReplicaStamp, rowid: Int64) throws(KeychainError) {
         try db.run("UPDATE items SET sync_writer = ?, sync_counter = ?, sync_mdat = ? WHERE rowid = ?",
                    Self.stampValues(stamp) + [.int(rowid)])
     }
 
-    private static func stampValues(_ stamp: SyncStamp?) -> [SQLValue] {
+    private static func stampValues(_ stamp: ReplicaStamp?) -> [SQLValue] {
         guard let stamp else { return [.null, .null, .null] }
         return [.blob(stamp.writer), .int(stamp.counter), stamp.mdat.map(SQLValue.int) ?? .null]
     }
@@ -408,7 +408,7 @@ public struct ItemTable {
                 created: s.double(6), modified: s.double(7), hashes: hashes, blob: s.blob(8))
             row.rowid = s.int(0)
             if !s.isNull(9) && !s.isNull(10) {
-                row.syncStamp = SyncStamp(writer: s.blob(9), counter: s.int(10), mdat: s.isNull(11) ? nil : s.int(11))
+                row.syncStamp = ReplicaStamp(writer: s.blob(9), counter: s.int(10), mdat: s.isNull(11) ? nil : s.int(11))
             }
             guard try body(row) else { break }
         }

@@ -7,7 +7,7 @@ import KeychainModel
 public enum ReplicaStateTables {
     /// Inside the caller's transaction.
     public static func deleteAll(_ db: SQLiteDatabase) throws(KeychainError) {
-        try SyncOutboxTable(db).deleteAll()
+        try OutboxTable(db).deleteAll()
         try db.run("DELETE FROM sync_identity")
         try SyncCircleTable(db).delete()
         try SyncKeysTable(db).deleteAll()

@@ -20,7 +20,7 @@ public struct ItemReplica {
     public var database: SQLiteDatabase { store.database }
 
     /// The changes to send, in the order of the local writes.
-    public var outbox: SyncOutboxTable { store.outbox }
+    public var outbox: OutboxTable { store.outbox }
 
     /// The class key of `pdmn` while it is loaded; nil while its class is locked.
     public func classKey(_ pdmn: Protection) -> SecureKey? { store.keybag.key(for: pdmn) }
@@ -72,11 +72,11 @@ public struct ItemReplica {
     public func delete(rowid: Int64) throws(KeychainError) { try store.table.delete(rowid: rowid) }
 
     /// Marks the version of item `rowid` that the other devices hold.
-    public func stamp(_ stamp: SyncStamp, rowid: Int64) throws(KeychainError) {
-        try store.table.setSyncStamp(stamp, rowid: rowid)
+    public func stamp(_ stamp: ReplicaStamp, rowid: Int64) throws(KeychainError) {
+        try store.table.setStamp(stamp, rowid: rowid)
     }
 
-    public func clearStamp(rowid: Int64) throws(KeychainError) { try store.table.clearSyncStamp(rowid: rowid) }
+    public func clearStamp(rowid: Int64) throws(KeychainError) { try store.table.clearStamp(rowid: rowid) }
 
     /// Queues item `rowid`'s current version to be sent, as a local write would.
     public func queueVersion(item rowid: Int64) throws(KeychainError) {

@@ -7,11 +7,11 @@ import KeychainStorage
 /// replicator (ItemReplica) reads and empties it. Each function starts with the one branch a
 /// sync = 0 item costs.
 extension ItemStore {
-    var outbox: SyncOutboxTable { SyncOutboxTable(database) }
+    var outbox: OutboxTable { OutboxTable(database) }
 
     /// After `row` was inserted (an add, a restored item).
     func queueSync(inserted row: ItemRow) throws(KeychainError) {
-        guard row.sync != 0, Self.maySync(row) else { return }
+        guard row.sync != 0, Self.mayLeaveTheDevice(row) else { return }
         try outbox.queueVersion(item: row.rowid)
         outboxQueuedChanges &+= 1
     }
@@ -22,12 +22,12 @@ extension ItemStore {
         guard old.sync != 0 || new.sync != 0 else { return }
         if old.sync != 0 && !Self.sameRecord(old, new) {
             if old.syncStamp != nil {
-                try queueSyncTombstone(for: old)
-                try table.clearSyncStamp(rowid: old.rowid)
+                try queueTombstone(for: old)
+                try table.clearStamp(rowid: old.rowid)
             }
             if new.sync == 0 { try outbox.dequeueVersion(item: old.rowid) }
         }
-        if new.sync != 0, Self.maySync(new) {
+        if new.sync != 0, Self.mayLeaveTheDevice(new) {
             try outbox.queueVersion(item: new.rowid)
             outboxQueuedChanges &+= 1
         }
@@ -38,7 +38,7 @@ extension ItemStore {
     /// outside any circle keeps no deleted item's blob.
     func queueSync(deleting row: ItemRow) throws(KeychainError) {
         guard row.sync != 0, row.syncStamp != nil else { return }
-        try queueSyncTombstone(for: row)
+        try queueTombstone(for: row)
     }
 
     /// Before every row `filter` selects is deleted by one statement: the synced ones among
@@ -52,23 +52,23 @@ extension ItemStore {
             if row.syncStamp != nil { stamped.append(row) }
             return true
         }
-        for row in stamped { try queueSyncTombstone(for: row) }
+        for row in stamped { try queueTombstone(for: row) }
     }
 
-    private func queueSyncTombstone(for row: ItemRow) throws(KeychainError) {
-        guard Self.maySync(row), let pdmn = row.protection else { return }
+    private func queueTombstone(for row: ItemRow) throws(KeychainError) {
+        guard Self.mayLeaveTheDevice(row), let pdmn = row.protection else { return }
         // The delete is a new version of the record: never before the version it removes,
         // whether that is the stamped one or a later local change.
         let previous = max(Self.milliseconds(row.modified), row.syncStamp?.mdat ?? .min)
         let mdat = SyncVersion.stampedMdat(now: Self.milliseconds(now()), previous: previous)
-        try outbox.queueTombstone(SyncTombstone(itemClass: row.itemClass, protection: pdmn,
+        try outbox.queueTombstone(OutboxTombstone(itemClass: row.itemClass, protection: pdmn,
                                                     identity: codec.identity(of: row), blob: row.blob, mdat: mdat))
         outboxQueuedChanges &+= 1
     }
 
     /// Never a ThisDeviceOnly row, even one edited to say sync = 1 (adds and updates refuse
     /// the pair), nor one whose protection class is unknown.
-    private static func maySync(_ row: ItemRow) -> Bool {
+    private static func mayLeaveTheDevice(_ row: ItemRow) -> Bool {
         guard let pdmn = row.protection else { return false }
         return !pdmn.isThisDeviceOnly
     }

@@ -9,18 +9,18 @@ enum LocalVersion {
     /// The mdat of the version a pending entry of `row` stands for: the one fixed with its
     /// first number, or the item's own modification time, never at or before the version the
     /// circle has (docs/sync.md, 5).
-    static func pendingMdat(_ entry: SyncOutboxEntry, _ row: ItemRow) -> Int64 {
+    static func pendingMdat(_ entry: OutboxEntry, _ row: ItemRow) -> Int64 {
         if let mdat = entry.mdat { return mdat }
         return SyncVersion.stampedMdat(now: ItemReplica.milliseconds(row.modified), previous: row.syncStamp.map { stampMdat($0, row) })
     }
 
     /// A stamp's mdat; one stamped by hand without it takes the row's.
-    static func stampMdat(_ stamp: SyncStamp, _ row: ItemRow) -> Int64 {
+    static func stampMdat(_ stamp: ReplicaStamp, _ row: ItemRow) -> Int64 {
         stamp.mdat ?? ItemReplica.milliseconds(row.modified)
     }
 
     /// The attributes a tombstone's kept blob holds (its primary key among them).
-    static func attributes(of tombstone: SyncTombstone, classKey: SecureKey) throws(KeychainError) -> AttributeDictionary {
+    static func attributes(of tombstone: OutboxTombstone, classKey: SecureKey) throws(KeychainError) -> AttributeDictionary {
         let plaintext = try ItemSealer.open(tombstone.blob, identity: tombstone.identity, classKey: classKey)
         var r = ByteReader(plaintext, failure: .decode)
         _ = try r.lengthPrefixed(max: KeychainLimits.maxSecretBytes)  // the secret: not needed

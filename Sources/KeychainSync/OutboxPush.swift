@@ -21,7 +21,7 @@ public struct OutboxPush {
 
     public init(_ replica: ItemReplica) { self.replica = replica }
 
-    private var outbox: SyncOutboxTable { replica.outbox }
+    private var outbox: OutboxTable { replica.outbox }
 
     /// Up to `limit` pending changes sealed under `circleKey` as rows of its epoch, in counter
     /// order. An entry pushed for the first time is numbered now and its item stamped with the
@@ -74,14 +74,14 @@ public struct OutboxPush {
     /// Entries already numbered first, by number (a retry must not follow higher counters),
     /// then the rest in the order of the local writes: the writer's counters then rise with
     /// the store's seq, which the replay check of every other device relies on.
-    static func pushOrder(_ entries: [SyncOutboxEntry]) -> [SyncOutboxEntry] {
+    static func pushOrder(_ entries: [OutboxEntry]) -> [OutboxEntry] {
         let numbered = entries.filter { $0.counter != nil }.sorted { $0.counter! < $1.counter! }
         return numbered + entries.filter { $0.counter == nil }
     }
 
     /// The row for one entry, or nil when it cannot go now (its class is locked) or ever (its
     /// item no longer syncs or does not open: the entry is dropped).
-    private func outgoingRecord(_ entry: SyncOutboxEntry, circleKey: SyncCircleKey,
+    private func outgoingRecord(_ entry: OutboxEntry, circleKey: SyncCircleKey,
                                 writer: SyncDeviceID) throws(KeychainError) -> SyncRecordRow? {
         switch entry.change {
         case .version(let rowid):
@@ -99,7 +99,7 @@ public struct OutboxPush {
             }
             let version = try numbered(entry, writer: writer, mdat: LocalVersion.pendingMdat(entry, row))
             if entry.counter == nil {
-                try replica.stamp(SyncStamp(writer: writer.bytes, counter: version.counter, mdat: version.mdat), rowid: rowid)
+                try replica.stamp(ReplicaStamp(writer: writer.bytes, counter: version.counter, mdat: version.mdat), rowid: rowid)
             }
             var attributes = item.attributes
             attributes["v_Data"] = .data(item.data)
@@ -122,7 +122,7 @@ public struct OutboxPush {
 
     /// Whether `entry` would be sent or changed now: false only for one that waits for its
     /// class key without a counter to give back.
-    private func mayGoOrChange(_ entry: SyncOutboxEntry) throws(KeychainError) -> Bool {
+    private func mayGoOrChange(_ entry: OutboxEntry) throws(KeychainError) -> Bool {
         guard entry.counter == nil else { return true }
         switch entry.change {
         case .version(let rowid):
@@ -134,7 +134,7 @@ public struct OutboxPush {
     }
 
     /// The entry's version: the one it was given, or a new number now, kept in the outbox.
-    private func numbered(_ entry: SyncOutboxEntry, writer: SyncDeviceID, mdat: Int64) throws(KeychainError) -> SyncVersion {
+    private func numbered(_ entry: OutboxEntry, writer: SyncDeviceID, mdat: Int64) throws(KeychainError) -> SyncVersion {
         if let counter = entry.counter { return SyncVersion(mdat: mdat, writer: writer, counter: counter) }
         let counter = try SyncCircleTable(replica.database).nextCounter()
         try outbox.setCounter(counter, mdat: mdat, entry: entry.id)
@@ -143,7 +143,7 @@ public struct OutboxPush {
 
     /// A locked entry gives its number back: later entries go out with higher ones meanwhile,
     /// and this one must not follow them under a lower number. Its mdat stays.
-    private func waitForKey(_ entry: SyncOutboxEntry) throws(KeychainError) -> SyncRecordRow? {
+    private func waitForKey(_ entry: OutboxEntry) throws(KeychainError) -> SyncRecordRow? {
         if entry.counter != nil { try outbox.clearCounter(entry: entry.id) }
         return nil
     }

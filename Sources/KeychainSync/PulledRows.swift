@@ -135,7 +135,7 @@ private struct PulledRowApplication {
     /// (their class key is not loaded), so a row's item may be among them.
     private var items: [ItemClass: [[UInt8]: Int64]?] = [:]
     /// Per class: record id → pending tombstone entry; nil when some could not be opened.
-    private var tombstones: [ItemClass: [[UInt8]: SyncOutboxEntry]?] = [:]
+    private var tombstones: [ItemClass: [[UInt8]: OutboxEntry]?] = [:]
 
     init(replica: ItemReplica, circleKey: SyncCircleKey, writer: SyncDeviceID) {
         self.replica = replica
@@ -147,8 +147,8 @@ private struct PulledRowApplication {
     /// a pending tombstone of the record.
     private struct Local {
         var item: ItemRow?
-        var pending: SyncOutboxEntry?
-        var tombstone: SyncOutboxEntry?
+        var pending: OutboxEntry?
+        var tombstone: OutboxEntry?
     }
 
     mutating func apply(_ row: SyncRecordRow, _ contents: SyncRecordContents) throws(KeychainError) -> SyncRowOutcome {
@@ -160,7 +160,7 @@ private struct PulledRowApplication {
             guard try incomingWins(row.version, held) else { return .superseded }
             if let tombstone = held.tombstone { try drop(tombstone, cls, row.recordID) }
             if let pending = held.pending { try replica.outbox.delete(entry: pending.id) }
-            let stamp = SyncStamp(writer: row.version.writer.bytes, counter: row.version.counter, mdat: row.version.mdat)
+            let stamp = ReplicaStamp(writer: row.version.writer.bytes, counter: row.version.counter, mdat: row.version.mdat)
             if let item = held.item {
                 var replaced = replica.seal(cls, attributes: attributes, data: data, persistentID: item.persistentID,
                                                 classKey: key, rowid: item.rowid)
@@ -198,7 +198,7 @@ private struct PulledRowApplication {
     /// The same version coming back means the store holds this device's change: its entry
     /// has been pushed.
     private func incomingWins(_ incoming: SyncVersion, _ local: Local) throws(KeychainError) -> Bool {
-        var pending: SyncOutboxEntry?
+        var pending: OutboxEntry?
         var version: SyncVersion?
         // A change not numbered yet will be, above every number given so far.
         if let change = local.pending, let item = local.item {
@@ -230,7 +230,7 @@ private struct PulledRowApplication {
         return local
     }
 
-    private mutating func drop(_ tombstone: SyncOutboxEntry, _ cls: ItemClass, _ recordID: [UInt8]) throws(KeychainError) {
+    private mutating func drop(_ tombstone: OutboxEntry, _ cls: ItemClass, _ recordID: [UInt8]) throws(KeychainError) {
         try replica.outbox.delete(entry: tombstone.id)
         tombstones[cls]??[recordID] = nil
     }
@@ -280,9 +280,9 @@ private struct PulledRowApplication {
     }
 
     /// The pending tombstones of `cls` by record id, or nil while one of them cannot be opened.
-    private mutating func pendingTombstones(_ cls: ItemClass) throws(KeychainError) -> [[UInt8]: SyncOutboxEntry]? {
+    private mutating func pendingTombstones(_ cls: ItemClass) throws(KeychainError) -> [[UInt8]: OutboxEntry]? {
         if let known = tombstones[cls] { return known }
-        var out: [[UInt8]: SyncOutboxEntry]? = [:]
+        var out: [[UInt8]: OutboxEntry]? = [:]
         for entry in try replica.outbox.tombstones(of: cls) {
             guard case .tombstone(let tombstone) = entry.change else { continue }
             guard let key = replica.classKey(tombstone.protection) else {

@@ -12,7 +12,7 @@ struct SyncOutboxTests {
     static let synced: AttributeDictionary = ["sync": .int(1)]
     static let anySync: AttributeDictionary = ["sync": .string("syna")]
 
-    func entries(_ t: TemporaryStore) throws -> [SyncOutboxEntry] { try SyncOutboxTable(t.store.database).entries() }
+    func entries(_ t: TemporaryStore) throws -> [OutboxEntry] { try OutboxTable(t.store.database).entries() }
 
     /// The items-table rowid of the one item `query` finds, whatever its sync value.
     func rowid(_ t: TemporaryStore, _ query: AttributeDictionary) throws -> Int64 {
@@ -32,7 +32,7 @@ struct SyncOutboxTests {
                                  [.blob(Array(repeating: 0xAB, count: 16)), .int(id)])
     }
 
-    func tombstones(_ t: TemporaryStore) throws -> [SyncTombstone] {
+    func tombstones(_ t: TemporaryStore) throws -> [OutboxTombstone] {
         try entries(t).compactMap { if case .tombstone(let x) = $0.change { return x } else { return nil } }
     }
 

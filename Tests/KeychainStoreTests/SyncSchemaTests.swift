@@ -29,7 +29,7 @@ struct SyncSchemaTests {
         #expect(try syncTables(t) == Self.syncTables)
         #expect(try t.secret(genp("s", "a", ["sync": .int(1)])) == [1])
         #expect(try t.secret(genp("s", "b")) == [2])
-        let entries = try SyncOutboxTable(t.store.database).entries()
+        let entries = try OutboxTable(t.store.database).entries()
         #expect(entries.count == 1)
         let a = try t.store.database.query("SELECT rowid FROM items WHERE sync = 1 AND pdmn = 'ak'") { (s) throws(KeychainError) in
             try s.step() ? s.int(0) : -1
@@ -60,12 +60,12 @@ struct SyncSchemaTests {
             try db.run("UPDATE items SET sync_writer = ?, sync_counter = 4", [.blob(Array(repeating: 1, count: 16))])
         }
         #expect(try t.store.database.userVersion == Schema.currentVersion)
-        var stamps: [SyncStamp?] = []
+        var stamps: [ReplicaStamp?] = []
         try t.store.table.forEach(RowFilter(itemClass: .genericPassword, accessGroups: TemporaryStore.app.groups, sync: 1)) { row in
             stamps.append(row.syncStamp)
             return true
         }
-        #expect(stamps == [SyncStamp(writer: Array(repeating: 1, count: 16), counter: 4, mdat: nil)])
+        #expect(stamps == [ReplicaStamp(writer: Array(repeating: 1, count: 16), counter: 4, mdat: nil)])
     }
 
     @Test func aVersionSevenDatabaseGainsTheHeadsSeenTableAndKeepsItsCircleRow() throws {

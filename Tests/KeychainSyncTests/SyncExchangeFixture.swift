@@ -99,7 +99,7 @@ final class SyncPair {
         }
     }
 
-    func outbox(_ t: TemporaryStore) throws -> [SyncOutboxEntry] { try SyncOutboxTable(t.store.database).entries() }
+    func outbox(_ t: TemporaryStore) throws -> [OutboxEntry] { try OutboxTable(t.store.database).entries() }
 
     /// The one synced item `query` finds, as r_Attributes gives it, or nil.
     func item(_ t: TemporaryStore, _ query: AttributeDictionary) throws -> AttributeDictionary? {

@@ -45,7 +45,7 @@ struct SyncPushExchangeTests {
         let p = try SyncPair()
         try p.a.add(syncedGenp("svc", "acct"))
         let sent = try #require(try p.outgoing(p.a).first?.row.version)
-        let stamp = SyncStamp(writer: p.idA.bytes, counter: sent.counter, mdat: sent.mdat)
+        let stamp = ReplicaStamp(writer: p.idA.bytes, counter: sent.counter, mdat: sent.mdat)
         #expect(try p.syncedRow(p.a)?.syncStamp == stamp)
         try p.a.reopen()
         #expect(try p.syncedRow(p.a)?.syncStamp == stamp)

@@ -4,7 +4,7 @@ import KeychainModel
 /// record id of a tombstone comes from the item's primary key, which only its sealed blob
 /// holds, so the blob moves here as it was, with what opens it: nothing is sealed anew, and
 /// a delete made while the item's class is locked waits for the unlock to be pushed.
-public struct SyncTombstone: Sendable, Equatable {
+public struct OutboxTombstone: Sendable, Equatable {
     public var itemClass: ItemClass
     public var protection: Protection
     /// The row identity the blob authenticates (ItemCodec.identity), as it was.
@@ -23,11 +23,11 @@ public struct SyncTombstone: Sendable, Equatable {
 }
 
 /// One pending push, in the order the local writes happened.
-public struct SyncOutboxEntry: Sendable, Equatable {
+public struct OutboxEntry: Sendable, Equatable {
     public enum Change: Sendable, Equatable {
         /// The item's current version (read from the items table when pushed).
         case version(item: Int64)
-        case tombstone(SyncTombstone)
+        case tombstone(OutboxTombstone)
     }
 
     public var id: Int64
@@ -42,7 +42,7 @@ public struct SyncOutboxEntry: Sendable, Equatable {
 /// The table sync_outbox: what this device has to push. Rows are written in the transaction
 /// of the local change they stand for; an item's entry goes with the item (the foreign key
 /// cascades), so a deleted item's pending version never outlives it.
-public struct SyncOutboxTable {
+public struct OutboxTable {
     public let db: SQLiteDatabase
 
     public init(_ db: SQLiteDatabase) { self.db = db }
@@ -60,7 +60,7 @@ public struct SyncOutboxTable {
         try db.run("DELETE FROM sync_outbox WHERE item = ?", [.int(rowid)])
     }
 
-    public func queueTombstone(_ tombstone: SyncTombstone) throws(KeychainError) {
+    public func queueTombstone(_ tombstone: OutboxTombstone) throws(KeychainError) {
         try db.run("INSERT INTO sync_outbox(class, pdmn, identity, blob, mdat) VALUES (?, ?, ?, ?, ?)", [
             .text(tombstone.itemClass.rawValue), .text(tombstone.protection.rawValue), .blob(tombstone.identity),
             .blob(tombstone.blob), .int(tombstone.mdat),
@@ -69,17 +69,17 @@ public struct SyncOutboxTable {
 
     /// Every entry, oldest first. An entry whose columns were edited into something no
     /// keychaind writes is errSecDecode.
-    public func entries() throws(KeychainError) -> [SyncOutboxEntry] {
+    public func entries() throws(KeychainError) -> [OutboxEntry] {
         try entries(where: "1", [])
     }
 
-    private func entries(where condition: String, _ values: [SQLValue]) throws(KeychainError) -> [SyncOutboxEntry] {
+    private func entries(where condition: String, _ values: [SQLValue]) throws(KeychainError) -> [OutboxEntry] {
         try db.query("SELECT id, item, counter, class, pdmn, identity, blob, mdat FROM sync_outbox WHERE \(condition) ORDER BY id", values) { (s) throws(KeychainError) in
-            var out: [SyncOutboxEntry] = []
+            var out: [OutboxEntry] = []
             while try s.step() {
                 let counter = s.isNull(2) ? nil : s.int(2)
                 if !s.isNull(1) {
-                    out.append(SyncOutboxEntry(id: s.int(0), change: .version(item: s.int(1)), counter: counter,
+                    out.append(OutboxEntry(id: s.int(0), change: .version(item: s.int(1)), counter: counter,
                                                mdat: s.isNull(7) ? nil : s.int(7)))
                     continue
                 }
@@ -87,20 +87,20 @@ public struct SyncOutboxTable {
                       let pdmn = Protection(rawValue: s.text(4)) else {
                     throw KeychainError(.decode, "a sync outbox entry names an unknown class or protection class: the row was altered")
                 }
-                let tombstone = SyncTombstone(itemClass: cls, protection: pdmn, identity: s.blob(5), blob: s.blob(6), mdat: s.int(7))
-                out.append(SyncOutboxEntry(id: s.int(0), change: .tombstone(tombstone), counter: counter, mdat: tombstone.mdat))
+                let tombstone = OutboxTombstone(itemClass: cls, protection: pdmn, identity: s.blob(5), blob: s.blob(6), mdat: s.int(7))
+                out.append(OutboxEntry(id: s.int(0), change: .tombstone(tombstone), counter: counter, mdat: tombstone.mdat))
             }
             return out
         }
     }
 
     /// The pending version of item `rowid`, if any.
-    public func entry(item rowid: Int64) throws(KeychainError) -> SyncOutboxEntry? {
+    public func entry(item rowid: Int64) throws(KeychainError) -> OutboxEntry? {
         try entries(where: "item = ?", [.int(rowid)]).first
     }
 
     /// The pending tombstones of one class (not the versions: a first push may queue many).
-    public func tombstones(of itemClass: ItemClass) throws(KeychainError) -> [SyncOutboxEntry] {
+    public func tombstones(of itemClass: ItemClass) throws(KeychainError) -> [OutboxEntry] {
         try entries(where: "item IS NULL AND class = ?", [.text(itemClass.rawValue)])
     }
 
