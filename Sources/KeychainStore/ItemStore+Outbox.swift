@@ -73,14 +73,14 @@ extension ItemStore {
         return !pdmn.isThisDeviceOnly
     }
 
-    /// Whether two rows are the same sync record: same class, access group, sync and
+    /// Whether two rows are the same replicated record: same class, access group, sync and
     /// primary-key columns (the record id hashes exactly these, docs/sync.md 2.2).
     static func sameRecord(_ a: ItemRow, _ b: ItemRow) -> Bool {
         guard a.itemClass == b.itemClass, a.accessGroup == b.accessGroup, a.sync == b.sync else { return false }
         return ClassSchema.of(a.itemClass)!.primaryKey.allSatisfy { a.hashes[$0.code] == b.hashes[$0.code] }
     }
 
-    /// CFAbsoluteTime as sync's milliseconds since 2001, rounded down (a date before 2001 or
+    /// CFAbsoluteTime as a version's milliseconds since 2001, rounded down (a date before 2001 or
     /// beyond Int64 is clamped, never a trap).
     static func milliseconds(_ seconds: Double) -> Int64 {
         let ms = (seconds * 1000).rounded(.down)

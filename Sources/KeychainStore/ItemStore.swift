@@ -21,7 +21,7 @@ public final class ItemStore {
     /// CFAbsoluteTime now; injectable so that date rules are tested without sleeping.
     var now: () -> Double
     /// Outbox entries queued since the store opened (rolled-back ones included): the daemon
-    /// compares it after a write to wake the sync thread, at the cost of one compare for the
+    /// compares it after a write to wake the replicator, at the cost of one compare for the
     /// writes that queue nothing.
     public internal(set) var outboxQueuedChanges: UInt64 = 0
     /// Where the clean-stop record goes when the store closes; set only once a start has
