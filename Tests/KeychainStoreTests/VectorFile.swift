@@ -30,6 +30,24 @@ struct VectorFile: CustomTestStringConvertible, Sendable {
         fields = Result { try Self.parse(name) }.mapError { $0 as? VectorError ?? VectorError("\(name): \($0)") }
     }
 
+    /// A file of negative vectors (`negative/backup.hex`): version 0, fields `case.name`.
+    init(negative name: String) {
+        self.init(name: "negative/" + name, version: 0)
+    }
+
+    /// The negative vector files, by name (`backup.hex`).
+    static var negativeFiles: [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.appendingPathComponent("negative").path)) ?? []
+        return names.filter { $0.hasSuffix(".hex") }.sorted()
+    }
+
+    /// The names of the cases in a negative vector file: every `case` with a `case.error`.
+    var caseNames: [String] {
+        ((try? fields.get()) ?? [:]).keys.filter { $0.hasSuffix(".error") }.map { String($0.dropLast(6)) }.sorted()
+    }
+
+    func has(_ key: String) -> Bool { ((try? fields.get()) ?? [:])[key] != nil }
+
     private static func parse(_ name: String) throws -> [String: String] {
         let text = try String(contentsOf: directory.appendingPathComponent(name), encoding: .utf8)
         var fields: [String: String] = [:]
