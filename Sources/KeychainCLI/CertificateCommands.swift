@@ -33,7 +33,7 @@ enum CertificateCommands {
                 return
             }
             let header = ["LABEL", "SPKI-SHA256", "GROUP"]
-            let table = rows.map { a in [ListCommand.text(a["labl"]), pin(a["spkh"]), ListCommand.text(a["agrp"])] }
+            let table = rows.map { a in [ListCommand.text(a["labl"]), pin(a["spkh"]), ListCommand.text(a["agrp"])].map(ControlEscaping.escaped) }
             let widths = header.indices.map { i in ([header[i]] + table.map { $0[i] }).map(\.count).max()! }
             for row in [header] + table {
                 Output.line(row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(widths[i] + 1) }.joined(separator: " "))

@@ -100,7 +100,9 @@ enum KeyCommands {
         }
         for key in keys {
             let flags = [key.extractable ? "extractable" : "non-extractable", key.applicationTag == KeychainKey.sshTag ? "ssh" : nil]
-            Output.line([key.type.rawValue, key.label, key.accessGroup, flags.compactMap { $0 }.joined(separator: ",")].joined(separator: "\t"))
+            // Whoever shares the access group chose the label: escaped as list escapes it.
+            Output.line([key.type.rawValue, ControlEscaping.escaped(key.label), ControlEscaping.escaped(key.accessGroup),
+                         flags.compactMap { $0 }.joined(separator: ",")].joined(separator: "\t"))
         }
     }
 

@@ -79,7 +79,7 @@ enum SyncCommands {
                 Output.line(JSON.attributes(attributes(device)))
                 return
             }
-            Output.line("approved: \(grouped(device.fingerprint)) \(device.name)")
+            Output.line("approved: \(grouped(device.fingerprint)) \(ControlEscaping.escaped(device.name))")
         },
         Command(spec: CommandSpec(name: "sync remove", summary: "Remove the member with these 32 digits and rotate the circle key; it reads nothing written after (admin).",
                                   options: globalOptions, flags: jsonFlag, positional: "DIGITS")) { c in
@@ -106,7 +106,8 @@ enum SyncCommands {
                 return
             }
             for d in devices {
-                Output.line("\(d.isMember ? "member " : "pending") \(grouped(d.fingerprint))  \(d.name)")
+                // Each device names itself: its name is escaped as list escapes an attribute.
+                Output.line("\(d.isMember ? "member " : "pending") \(grouped(d.fingerprint))  \(ControlEscaping.escaped(d.name))")
             }
         },
         Command(spec: CommandSpec(name: "sync now", summary: "Push and pull now; returns once this device has caught up with the circle.",

@@ -42,6 +42,20 @@ struct CLIListTests {
         }
     }
 
+    /// A key's label and a certificate's are chosen by whoever shares the access group, as an
+    /// item's are: `key list` and `cert list` escape them the same way.
+    @Test func keyListEscapesTheLabelAsListDoes() throws {
+        let d = try RunningDaemon()
+        for (n, vector) in Self.escapingVectors.enumerated() where vector.stored != vector.printed {
+            let label = "k\(n)-" + vector.stored
+            #expect(try d.cli(["key", "generate", "--type", "ed25519", "--label", label]).status == Exit.success, "vector \(n)")
+            let r = try d.cli(["key", "list", "--label", label])
+            #expect(r.status == Exit.success)
+            #expect(r.text.contains("k\(n)-" + vector.printed + "\t"), "vector \(n): \(r.text)")
+            #expect(!r.text.unicodeScalars.contains { Self.mustBeEscaped($0.value) && $0 != "\n" && $0 != "\t" }, "vector \(n): a raw control")
+        }
+    }
+
     @Test func jsonCarriesTheAttributesAsStored() throws {
         let d = try RunningDaemon()
         let label = "\u{1B}]0;x\u{07}\n\u{202E}"
