@@ -15,8 +15,14 @@ struct CLISelectionTests {
         for bare in [["get"], ["get", "--json"], ["get", "--class", "generic-password"], ["get", "--synchronizable"]] {
             let r = try d.cli(bare)
             #expect(r.status == Exit.usage, "\(bare)")
-            #expect(r.stdout.isEmpty, "\(bare)")
-            #expect(r.stderr.contains("--service"), "\(bare)")
+            #expect(!r.text.contains("SECRET-1"), "\(bare)")
+            if bare.contains("--json") {
+                // With --json an error is the JSON object on standard output alone (docs/cli.md).
+                #expect(r.text.hasPrefix("{\"error\":\"errSecParam\"") && r.text.contains("--service") && r.stderr.isEmpty, "\(bare)")
+            } else {
+                #expect(r.stdout.isEmpty, "\(bare)")
+                #expect(r.stderr.contains("--service"), "\(bare)")
+            }
         }
     }
 
