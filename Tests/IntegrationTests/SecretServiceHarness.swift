@@ -51,7 +51,10 @@ final class SecretServiceSetup: @unchecked Sendable {
                                 interface: "org.freedesktop.DBus", member: member, arguments: [.string(argument)])
         }
         guard let owner = try? ask("GetNameOwner", name).readString() else { return nil }
-        return Int32(try ask("GetConnectionUnixProcessID", owner).readUInt32())
+        // The owner may leave between the two calls (a bridge being replaced with --replace):
+        // then nobody we know owns it yet, and the caller's wait asks again (docs/flakes.md).
+        guard let pid = try? ask("GetConnectionUnixProcessID", owner).readUInt32() else { return nil }
+        return Int32(pid)
     }
 
     /// Runs Tests/SecretServiceScripts/`script` with Debian's python3 (python3-secretstorage).
