@@ -209,7 +209,11 @@ struct KeyAttackTests {
 
     /// Certificates built to exhaust the parser: deep nesting, a length far past the data and
     /// a megabyte of junk are refused quickly, and the daemon goes on answering.
-    @Test func hostileCertificateDERIsRefusedQuicklyAndTheDaemonLives() throws {
+    /// Deep nesting, a length of 2 GiB and a megabyte of SEQUENCE tags: each is refused as
+    /// what it is (not a certificate) and the daemon goes on answering. The client's own call
+    /// timeout bounds a parse that would run away; no wall-clock bound of the test's own
+    /// (it failed at 5.2 s once under a loaded machine: docs/flakes.md).
+    @Test func hostileCertificateDERIsRefusedAndTheDaemonLives() throws {
         let d = try RunningDaemon()
         let c = KeychainConnection(socketPath: d.socketPath)
         var nested: [UInt8] = [0x05, 0x00]
@@ -223,9 +227,9 @@ struct KeyAttackTests {
             [UInt8](repeating: 0x30, count: 1 << 20),
         ]
         for der in hostile {
-            let start = Date()
-            #expect(throws: KeychainError.self) { _ = try c.add(["class": .string("cert"), "v_Data": .data(der)]) }
-            #expect(Date().timeIntervalSince(start) < 5, "\(der.prefix(4))")
+            let refusal = #expect(throws: KeychainError.self) { _ = try c.add(["class": .string("cert"), "v_Data": .data(der)]) }
+            #expect(refusal?.status == .unknownFormat, "\(der.prefix(4)): \(String(describing: refusal))")
+            #expect(throws: Never.self) { _ = try c.status() }
         }
         #expect(throws: KeychainError(.itemNotFound, "")) { _ = try c.copyMatching(["class": .string("cert")]) }
     }

@@ -51,7 +51,6 @@ struct SecretServiceChangeFeedTests {
             #expect(deleted.status == 0)
         }
         #expect(seen.lines == [Self.collectionChanged, Self.itemsInvalidated])
-        #expect(seen.elapsed < 5, "the signals came \(seen.elapsed) s after the delete")
         let lookup = try runExecutable("/usr/bin/secret-tool", ["lookup", "service", "mail", "user", "alice"],
                                        environment: setup.environment, input: [])
         #expect(lookup.status != 0)
@@ -103,6 +102,5 @@ struct SecretServiceChangeFeedTests {
             "org.freedesktop.DBus.Properties.PropertiesChanged \(Self.login) org.freedesktop.Secret.Collection changed=Locked invalidated=",
             Self.collectionChanged,
         ])
-        #expect(seen.elapsed < 5, "the signals came \(seen.elapsed) s after the lock")
     }
 }
