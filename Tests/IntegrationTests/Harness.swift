@@ -187,6 +187,29 @@ func runExecutable(_ executable: String, _ arguments: [String], environment: [St
     return CLIResult(status: p.terminationStatus, stdout: Array(out), stderr: String(decoding: err, as: UTF8.self))
 }
 
+/// Runs `keychain` on a pseudo-terminal (util-linux `script`), typing `lines` one by one
+/// (CLITests, NewcomerTests).
+func onTerminal(_ d: RunningDaemon, _ arguments: String, typing lines: [String]) throws -> CLIResult {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+    p.arguments = ["-qec", "\(Binaries.keychain) \(arguments)", "/dev/null"]
+    p.environment = ["KEYCHAIN_SOCKET": d.socketPath, "PATH": "/usr/bin:/bin"]
+    let stdin = Pipe(), stdout = Pipe()
+    p.standardInput = stdin
+    p.standardOutput = stdout
+    p.standardError = stdout
+    try p.run()
+    for line in lines {
+        usleep(300_000)  // let the prompt turn echo off first
+        try? stdin.fileHandleForWriting.write(contentsOf: Data((line + "\r").utf8))
+    }
+    usleep(300_000)
+    try stdin.fileHandleForWriting.close()
+    let out = stdout.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return CLIResult(status: p.terminationStatus, stdout: Array(out), stderr: "")
+}
+
 func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
 
 /// SIGPIPE ignored in the test runner, once: a write to a pipe or socket whose reader has gone

@@ -9,28 +9,6 @@ import Testing
 struct NewcomerTests {
     let item = ["--service", "api.example.com", "--account", "alice"]
 
-    /// Runs `keychain` on a pseudo-terminal (util-linux `script`), typing `lines` one by one.
-    func onTerminal(_ d: RunningDaemon, _ arguments: String, typing lines: [String]) throws -> CLIResult {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
-        p.arguments = ["-qec", "\(Binaries.keychain) \(arguments)", "/dev/null"]
-        p.environment = ["KEYCHAIN_SOCKET": d.socketPath, "PATH": "/usr/bin:/bin"]
-        let stdin = Pipe(), stdout = Pipe()
-        p.standardInput = stdin
-        p.standardOutput = stdout
-        p.standardError = stdout
-        try p.run()
-        for line in lines {
-            usleep(300_000)  // let the prompt turn echo off first
-            try? stdin.fileHandleForWriting.write(contentsOf: Data((line + "\r").utf8))
-        }
-        usleep(300_000)
-        try stdin.fileHandleForWriting.close()
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return CLIResult(status: p.terminationStatus, stdout: Array(out), stderr: "")
-    }
-
     /// A daemon with a passcode, locked, its grace period `grace` seconds.
     func lockedDaemon(grace: Int = 0) throws -> RunningDaemon {
         let d = try RunningDaemon(config: "lock_grace_seconds = \(grace)")
