@@ -22,7 +22,7 @@ public struct ItemRow: Sendable, Equatable {
     /// The last version of this item the sync circle has had from this device or sent to it;
     /// nil: the circle has never seen the item's record. Written by `insert`, kept by
     /// `replace` (a new local version is still the record the circle saw).
-    public var syncStamp: ReplicaStamp?
+    public var replicaStamp: ReplicaStamp?
 
     public init(itemClass: ItemClass, persistentID: [UInt8], accessGroup: String, protection: Protection?,
                 sync: Int64, created: Double, modified: Double, hashes: [String: [UInt8]], blob: [UInt8]) {
@@ -115,7 +115,7 @@ public struct ItemTable {
         let names = ["class", "persistref", "agrp", "pdmn", "sync", "cdat", "mdat", "data"] + codes.map { "h_\($0)" }
             + ["sync_writer", "sync_counter", "sync_mdat"]
         let sql = "INSERT INTO items(\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
-        let stamp = Self.stampValues(row.syncStamp)
+        let stamp = Self.stampValues(row.replicaStamp)
         try db.run(sql, Self.values(of: row, codes: codes) + stamp)
         let rowid = try lastRowID()
         if let hashes = row.attributeHashes { try insertAttributeHashes(hashes, item: rowid) }
@@ -408,7 +408,7 @@ public struct ItemTable {
                 created: s.double(6), modified: s.double(7), hashes: hashes, blob: s.blob(8))
             row.rowid = s.int(0)
             if !s.isNull(9) && !s.isNull(10) {
-                row.syncStamp = ReplicaStamp(writer: s.blob(9), counter: s.int(10), mdat: s.isNull(11) ? nil : s.int(11))
+                row.replicaStamp = ReplicaStamp(writer: s.blob(9), counter: s.int(10), mdat: s.isNull(11) ? nil : s.int(11))
             }
             guard try body(row) else { break }
         }

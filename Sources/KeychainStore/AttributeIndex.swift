@@ -161,7 +161,7 @@ public struct AttributeIndex {
         let row = store.codec.seal(item.itemClass, attributes: attributes, data: query.data ?? .empty,
                                    persistentID: item.row.persistentID, classKey: try store.classKey(pdmn), rowid: item.row.rowid)
         try store.table.replace(row)
-        try store.queueSync(replaced: item.row, with: row)
+        try store.queueReplicaChange(replaced: item.row, with: row)
     }
 
     /// An item's attribute set; an item with no xsat has the empty set.

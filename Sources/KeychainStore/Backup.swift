@@ -151,7 +151,7 @@ public struct Restorer {
                                            persistentID: PersistentID.make(at: store.now()), classKey: try store.classKey(pdmn))
                 do throws(KeychainError) {
                     row.rowid = try store.table.insert(row)
-                    try store.queueSync(inserted: row)
+                    try store.queueReplicaChange(inserted: row)
                     summary.restored += 1
                 } catch where error.status == .duplicateItem {
                     conflicts += 1
@@ -162,11 +162,11 @@ public struct Restorer {
                         // The same primary key is the same sync record: the restored item is
                         // its next version, not a delete and an add, so it inherits the stamp.
                         if let holder = try store.table.primaryKeyHolder(of: row) {
-                            row.syncStamp = holder.syncStamp
+                            row.replicaStamp = holder.replicaStamp
                             try store.table.delete(rowid: holder.rowid)
                         }
                         row.rowid = try store.table.insert(row)
-                        try store.queueSync(inserted: row)
+                        try store.queueReplicaChange(inserted: row)
                         summary.replaced += 1
                     }
                 }

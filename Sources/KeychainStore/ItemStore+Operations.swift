@@ -52,7 +52,7 @@ extension ItemStore {
             try checkNoLegacyHolder(of: row, attributes: attributes)
             var inserted = row
             inserted.rowid = try insertReplacingCorrupt(row)
-            try queueSync(inserted: inserted)
+            try queueReplicaChange(inserted: inserted)
             return inserted.rowid
         }
         return StoredItem(row: row, attributes: attributes, data: data)
@@ -177,7 +177,7 @@ extension ItemStore {
                 try removeCorruptHolder(of: row)
                 try table.replace(row)
             }
-            try queueSync(replaced: item.row, with: row)
+            try queueReplicaChange(replaced: item.row, with: row)
         }
     }
 
@@ -196,14 +196,14 @@ extension ItemStore {
         try database.transaction { () throws(KeychainError) in
             guard plan.needsOpening else {
                 // Every condition is a column: SQLite finds and deletes the rows in one statement.
-                try queueSync(deletingRowsOf: plan.filter)
+                try queueReplicaChange(deletingRowsOf: plan.filter)
                 guard try table.deleteRows(plan.filter) > 0 else { throw Self.nothingFound(corrupt: 0) }
                 return
             }
             let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
             guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
             for item in items {
-                try queueSync(deleting: item.row)
+                try queueReplicaChange(deleting: item.row)
                 try table.delete(rowid: item.row.rowid)
             }
         }

@@ -10,7 +10,7 @@ extension ItemStore {
     var outbox: OutboxTable { OutboxTable(database) }
 
     /// After `row` was inserted (an add, a restored item).
-    func queueSync(inserted row: ItemRow) throws(KeychainError) {
+    func queueReplicaChange(inserted row: ItemRow) throws(KeychainError) {
         guard row.sync != 0, Self.mayLeaveTheDevice(row) else { return }
         try outbox.queueVersion(item: row.rowid)
         outboxQueuedChanges &+= 1
@@ -18,10 +18,10 @@ extension ItemStore {
 
     /// After `old` was replaced by `new` (same rowid). A change of primary key or of sync
     /// gives the item another record: the one the circle knew gets its tombstone.
-    func queueSync(replaced old: ItemRow, with new: ItemRow) throws(KeychainError) {
+    func queueReplicaChange(replaced old: ItemRow, with new: ItemRow) throws(KeychainError) {
         guard old.sync != 0 || new.sync != 0 else { return }
         if old.sync != 0 && !Self.sameRecord(old, new) {
-            if old.syncStamp != nil {
+            if old.replicaStamp != nil {
                 try queueTombstone(for: old)
                 try table.clearStamp(rowid: old.rowid)
             }
@@ -36,20 +36,20 @@ extension ItemStore {
     /// Before `row` is deleted. Only a record the circle has seen needs a tombstone; an item
     /// never synced leaves nothing behind (its pending version goes with it), so a keychain
     /// outside any circle keeps no deleted item's blob.
-    func queueSync(deleting row: ItemRow) throws(KeychainError) {
-        guard row.sync != 0, row.syncStamp != nil else { return }
+    func queueReplicaChange(deleting row: ItemRow) throws(KeychainError) {
+        guard row.sync != 0, row.replicaStamp != nil else { return }
         try queueTombstone(for: row)
     }
 
     /// Before every row `filter` selects is deleted by one statement: the synced ones among
     /// them get their tombstones. Nothing to read when the filter holds sync = 0 only.
-    func queueSync(deletingRowsOf filter: RowFilter) throws(KeychainError) {
+    func queueReplicaChange(deletingRowsOf filter: RowFilter) throws(KeychainError) {
         guard filter.sync != 0 else { return }
         var synced = filter
         synced.sync = 1
         var stamped: [ItemRow] = []
         try table.forEach(synced) { row in
-            if row.syncStamp != nil { stamped.append(row) }
+            if row.replicaStamp != nil { stamped.append(row) }
             return true
         }
         for row in stamped { try queueTombstone(for: row) }
@@ -59,7 +59,7 @@ extension ItemStore {
         guard Self.mayLeaveTheDevice(row), let pdmn = row.protection else { return }
         // The delete is a new version of the record: never before the version it removes,
         // whether that is the stamped one or a later local change.
-        let previous = max(Self.milliseconds(row.modified), row.syncStamp?.mdat ?? .min)
+        let previous = max(Self.milliseconds(row.modified), row.replicaStamp?.mdat ?? .min)
         let mdat = SyncVersion.stampedMdat(now: Self.milliseconds(now()), previous: previous)
         try outbox.queueTombstone(OutboxTombstone(itemClass: row.itemClass, protection: pdmn,
                                                     identity: codec.identity(of: row), blob: row.blob, mdat: mdat))

@@ -11,7 +11,7 @@ enum LocalVersion {
     /// circle has (docs/sync.md, 5).
     static func pendingMdat(_ entry: OutboxEntry, _ row: ItemRow) -> Int64 {
         if let mdat = entry.mdat { return mdat }
-        return SyncVersion.stampedMdat(now: ItemReplica.milliseconds(row.modified), previous: row.syncStamp.map { stampMdat($0, row) })
+        return SyncVersion.stampedMdat(now: ItemReplica.milliseconds(row.modified), previous: row.replicaStamp.map { stampMdat($0, row) })
     }
 
     /// A stamp's mdat; one stamped by hand without it takes the row's.

@@ -170,7 +170,7 @@ private struct PulledRowApplication {
             } else {
                 var added = replica.seal(cls, attributes: attributes, data: data,
                                         persistentID: replica.newPersistentID(), classKey: key)
-                added.syncStamp = stamp
+                added.replicaStamp = stamp
                 do throws(KeychainError) {
                     added.rowid = try replica.insert(added)
                 } catch where error.status == .duplicateItem {
@@ -207,7 +207,7 @@ private struct PulledRowApplication {
         } else if let tombstone = local.tombstone, case .tombstone(let deleted) = tombstone.change {
             pending = tombstone
             version = SyncVersion(mdat: deleted.mdat, writer: writer, counter: tombstone.counter ?? .max)
-        } else if let item = local.item, let stamp = item.syncStamp, let stampWriter = try? SyncDeviceID(stamp.writer) {
+        } else if let item = local.item, let stamp = item.replicaStamp, let stampWriter = try? SyncDeviceID(stamp.writer) {
             version = SyncVersion(mdat: LocalVersion.stampMdat(stamp, item), writer: stampWriter, counter: stamp.counter)
         }
         switch SyncConflict.resolve(local: version, incoming: incoming) {

@@ -62,7 +62,7 @@ public struct StampedItems {
                     throw KeychainError(.interactionNotAllowed, "the sync store was rolled back and its heal waits for the unlock of this device's \(pdmn.rawValue) items")
                 }
                 for row in candidates {
-                    guard try replica.outbox.entry(item: row.rowid) == nil, let stamp = row.syncStamp,
+                    guard try replica.outbox.entry(item: row.rowid) == nil, let stamp = row.replicaStamp,
                           let writer = try? SyncDeviceID(stamp.writer),
                           let item = try? replica.open(row, classKey: key) else { continue }
                     let version = SyncVersion(mdat: LocalVersion.stampMdat(stamp, row), writer: writer, counter: stamp.counter)
@@ -97,7 +97,7 @@ public struct StampedItems {
     private func rows(of cls: ItemClass, protection pdmn: Protection) throws(KeychainError) -> [ItemRow] {
         var rows: [ItemRow] = []
         try replica.forEachRow(of: cls, protection: pdmn) { row in
-            if row.sync == 1, row.syncStamp != nil { rows.append(row) }
+            if row.sync == 1, row.replicaStamp != nil { rows.append(row) }
             return true
         }
         return rows

@@ -46,9 +46,9 @@ struct SyncPushExchangeTests {
         try p.a.add(syncedGenp("svc", "acct"))
         let sent = try #require(try p.outgoing(p.a).first?.row.version)
         let stamp = ReplicaStamp(writer: p.idA.bytes, counter: sent.counter, mdat: sent.mdat)
-        #expect(try p.syncedRow(p.a)?.syncStamp == stamp)
+        #expect(try p.syncedRow(p.a)?.replicaStamp == stamp)
         try p.a.reopen()
-        #expect(try p.syncedRow(p.a)?.syncStamp == stamp)
+        #expect(try p.syncedRow(p.a)?.replicaStamp == stamp)
         #expect(try p.outgoing(p.a).first?.row.version == sent)  // the retry after the restart
         #expect(sent.mdat == ItemReplica.milliseconds(p.a.clock.now))
     }

@@ -1,4 +1,5 @@
 import KeychainModel
+import KeychainStorage
 
 /// The table sync_heads_seen (docs/sync.md, 6): per writer, the highest signed head this
 /// device verified in the store, or pushed itself. A store showing a lower head, or none, for

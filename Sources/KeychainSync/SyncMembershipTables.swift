@@ -1,4 +1,5 @@
 import KeychainModel
+import KeychainStorage
 
 /// The row of `sync_identity` (docs/sync.md, 7.3): the device's public keys in clear, its two
 /// secret keys only as `sealedSecrets` (under CK[ck]; this table never sees them open).

@@ -1,4 +1,5 @@
 import KeychainModel
+import KeychainStorage
 
 /// What the one row of `sync_circle` says (docs/sync.md, 7.3): which circle this device is in,
 /// at which epoch, how far it has pulled, and how many writes it has numbered.

@@ -1,4 +1,5 @@
 import KeychainModel
+import KeychainStorage
 
 /// The table sync_writers_seen, as the pull's replay check uses it (docs/sync.md, 6): per
 /// writer, the highest counter this device has seen after its cursor. Its head columns are

@@ -1,5 +1,6 @@
 import KeychainModel
 import KeychainStorage
+import KeychainSync
 import Testing
 @testable import KeychainStore
 
@@ -37,7 +38,7 @@ struct SyncSchemaTests {
         #expect(entries.first?.change == .version(item: a))
         // No item has been synced: none carries a stamp.
         try t.store.table.forEach(RowFilter(itemClass: .genericPassword, accessGroups: TemporaryStore.app.groups, sync: 1)) { row in
-            #expect(row.syncStamp == nil)
+            #expect(row.replicaStamp == nil)
             return true
         }
     }
@@ -62,7 +63,7 @@ struct SyncSchemaTests {
         #expect(try t.store.database.userVersion == Schema.currentVersion)
         var stamps: [ReplicaStamp?] = []
         try t.store.table.forEach(RowFilter(itemClass: .genericPassword, accessGroups: TemporaryStore.app.groups, sync: 1)) { row in
-            stamps.append(row.syncStamp)
+            stamps.append(row.replicaStamp)
             return true
         }
         #expect(stamps == [ReplicaStamp(writer: Array(repeating: 1, count: 16), counter: 4, mdat: nil)])

@@ -1,4 +1,5 @@
 import KeychainModel
+import KeychainStorage
 
 /// The table sync_inbox: pulled rows whose class key is not loaded (ak while locked), kept
 /// exactly as received, still sealed under the circle's record key, until the unlock lets
