@@ -196,13 +196,13 @@ final class RequestHandler {
     private func perform(_ request: Request, scope: AccessScope, caller: Caller, policy: AccessPolicy) throws(KeychainError) -> Response {
         switch request {
         case .add(let dict):
-            return Response(result: try store.add(dict, scope: scope))
+            return Response(result: try store.items.add(dict, scope: scope))
         case .copyMatching(let dict):
-            return Response(result: try store.copyMatching(dict, scope: scope))
+            return Response(result: try store.items.copyMatching(dict, scope: scope))
         case .update(let query, let changes):
-            try store.update(query, changes: changes, scope: scope)
+            try store.items.update(query, changes: changes, scope: scope)
         case .delete(let dict):
-            try store.delete(dict, scope: scope)
+            try store.items.delete(dict, scope: scope)
         case .keyGenerate(let dict):
             return Response(result: try store.keys.generateKey(dict, scope: scope))
         case .keyPublic(let query):

@@ -44,7 +44,7 @@ public struct AttributeIndex {
             }
             return true
         }
-        if found.isEmpty && corrupt > 0 { throw ItemStore.nothingFound(corrupt: corrupt) }
+        if found.isEmpty && corrupt > 0 { throw SecItems.nothingFound(corrupt: corrupt) }
         return found
     }
 
@@ -121,7 +121,7 @@ public struct AttributeIndex {
                 try rewrite(target, with: query)
                 return Self.addResult(target.row, replaced: true)
             }
-            let item = try store.insert(query, scope: scope, accountFromID: true)
+            let item = try store.items.insert(query, scope: scope, accountFromID: true)
             return Self.addResult(item.row, replaced: false)
         }
     }
@@ -218,7 +218,7 @@ public struct PortalSecrets {
             var fresh = Sodium.randomBytes(Self.portalSecretBytes)
             defer { Sodium.wipe(&fresh) }
             query.data = SecretBytes(fresh)
-            return try store.insert(query, scope: scope).data
+            return try store.items.insert(query, scope: scope).data
         }
     }
 }

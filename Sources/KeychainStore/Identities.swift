@@ -33,23 +33,23 @@ struct Identities {
         let (certAttributes, keyAttributes) = split(query.attributes)
         var certQuery = query
         certQuery.persistentRef = query.persistentRef.map { PersistentRef(itemClass: .certificate, id: $0.id) }
-        let certPlan = store.plan(.certificate, attributes: certAttributes, groups: groups, query: certQuery)
-        let (certificates, certCorrupt) = try store.find(certPlan, limit: nil, withAttributes: true)
+        let certPlan = store.items.plan(.certificate, attributes: certAttributes, groups: groups, query: certQuery)
+        let (certificates, certCorrupt) = try store.items.find(certPlan, limit: nil, withAttributes: true)
         var keyQuery = query
         keyQuery.persistentRef = nil
         var found: [Identity] = []
         var corrupt = certCorrupt
         for certificate in certificates {
             guard let keyID = certificate.row.hashes["pkhh"] else { continue }
-            var keyPlan = store.plan(.key, attributes: keyAttributes, groups: groups, query: keyQuery)
+            var keyPlan = store.items.plan(.key, attributes: keyAttributes, groups: groups, query: keyQuery)
             keyPlan.filter.hashes.append(("klbl", keyID))
             keyPlan.checks.append((ClassSchema.key.spec("priv")!, .int(1)))
-            let (keys, keyCorrupt) = try store.find(keyPlan, limit: 1, withAttributes: true)
+            let (keys, keyCorrupt) = try store.items.find(keyPlan, limit: 1, withAttributes: true)
             corrupt += keyCorrupt
             if let key = keys.first { found.append(Identity(certificate: certificate, key: key)) }
             if let limit, found.count >= limit { break }
         }
-        guard !found.isEmpty else { throw ItemStore.nothingFound(corrupt: corrupt) }
+        guard !found.isEmpty else { throw SecItems.nothingFound(corrupt: corrupt) }
         return found
     }
 
@@ -118,11 +118,11 @@ struct Identities {
                 keyChanges.attributes[code] = value
             }
         }
-        try store.checkChanges(all, scope: scope)
+        try store.items.checkChanges(all, scope: scope)
         try store.database.transaction { () throws(KeychainError) in
             let identities = try find(query, groups: groups, limit: nil)
-            if !certChanges.isEmpty { try store.apply(certChanges, to: identities.map(\.certificate)) }
-            if !keyChanges.isEmpty { try store.apply(keyChanges, to: uniqueKeys(identities)) }
+            if !certChanges.isEmpty { try store.items.apply(certChanges, to: identities.map(\.certificate)) }
+            if !keyChanges.isEmpty { try store.items.apply(keyChanges, to: uniqueKeys(identities)) }
         }
     }
 

@@ -83,7 +83,7 @@ public struct SplitReader: Sendable {
                 after = found.next
                 if !found.results.isEmpty { try page(found.results) }
             }
-            guard matched > 0 else { throw ItemStore.nothingFound(corrupt: corrupt) }
+            guard matched > 0 else { throw SecItems.nothingFound(corrupt: corrupt) }
             return .list([])
         }
         var found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.fetch(prepared.selection) },
@@ -96,14 +96,14 @@ public struct SplitReader: Sendable {
             found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.fetch(selection) },
                                wanted: wanted)
         }
-        guard found.matched > 0 else { throw ItemStore.nothingFound(corrupt: found.corrupt) }
+        guard found.matched > 0 else { throw SecItems.nothingFound(corrupt: found.corrupt) }
         return found.results.first.map(QueryResult.single) ?? .none
     }
 
     /// Plans a CopyMatching of a stored class; a search that checks nothing after decryption
     /// lets SQL stop at the limit.
     func prepare(_ query: ItemQuery, groups: [String]) -> PreparedSearch {
-        var plan = ItemStore.plan(query.itemClass, attributes: query.attributes, groups: groups, query: query, codec: codec)
+        var plan = SecItems.plan(query.itemClass, attributes: query.attributes, groups: groups, query: query, codec: codec)
         let limited = plan.checks.isEmpty && query.limit.maxRows != nil
         if limited { plan.filter.limit = query.limit.maxRows }
         return PreparedSearch(query: query, plan: plan, limitedInSQL: limited, selection: ItemTable.selection(plan.filter))
@@ -135,7 +135,7 @@ public struct SplitReader: Sendable {
         }
         let done = fetched.exhausted || wanted.map { items.count >= $0 } ?? false
         var results: [ItemResult] = []
-        if !items.isEmpty, case .list(let shaped) = try ItemStore.result(for: items, query: query, single: false) { results = shaped }
+        if !items.isEmpty, case .list(let shaped) = try SecItems.result(for: items, query: query, single: false) { results = shaped }
         return SearchPage(results: results, matched: items.count, corrupt: corrupt, next: done ? nil : fetched.lastRowID)
     }
 }

@@ -3,7 +3,9 @@ import KeychainModel
 import KeychainStorage
 
 /// The keychain's core: items in SQLite, each sealed under the class key of its protection
-/// domain, found and changed with SecItem semantics (add, copyMatching, update, delete).
+/// domain. It holds the database, the keybag (lock state, passcode) and the codec; each
+/// concern over them is a small type of its own: SecItem's calls (`items`), the keys, backup,
+/// restore, the attribute index, the portal's secrets and the replica port.
 ///
 /// Not thread-safe by design: one owner (the daemon's store executor, or a test) calls it.
 /// Every call that writes runs in one SQLite transaction, so a crash leaves the database as it
@@ -250,6 +252,9 @@ public final class ItemStore {
     public func itemCount() throws(KeychainError) -> Int { try table.count() }
 
     // MARK: the parts over this store, each for one concern
+
+    /// SecItem's calls: add, copyMatching, update and delete.
+    public var items: SecItems { SecItems(store: self) }
 
     /// Keys used inside the daemon: generation and the key calls.
     public var keys: KeyStore { KeyStore(store: self) }

@@ -25,7 +25,7 @@ public struct KeyStore {
         item["v_Data"] = .data(key.bytes)
         item["r_Attributes"] = .bool(true)
         item["r_PersistentRef"] = .bool(true)
-        return try store.add(item, scope: scope)
+        return try store.items.add(item, scope: scope)
     }
 
     // MARK: the key calls
@@ -41,9 +41,9 @@ public struct KeyStore {
         if query["v_PersistentRef"] == nil { query["kcls"] = .int(KeyItem.privateKeyClass) }
         let parsed = try ItemQuery(query, for: .copyMatching)
         let groups = try scope.groups(naming: parsed.accessGroup)
-        let plan = store.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
-        let (items, corrupt) = try store.find(plan, limit: 1, withAttributes: true)
-        guard let item = items.first else { throw ItemStore.nothingFound(corrupt: corrupt) }
+        let plan = store.items.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
+        let (items, corrupt) = try store.items.find(plan, limit: 1, withAttributes: true)
+        guard let item = items.first else { throw SecItems.nothingFound(corrupt: corrupt) }
         guard item.attributes["kcls"] == .int(KeyItem.privateKeyClass) else {
             throw KeychainError(.param, "the item is not a private key (kcls 1)")
         }
@@ -134,7 +134,7 @@ public struct KeyStore {
         queryDict["class"] = .string(ItemClass.key.rawValue)
         let parsed = try ItemQuery(queryDict, for: .copyMatching)
         let groups = try scope.groups(naming: parsed.accessGroup)
-        var plan = store.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
+        var plan = store.items.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
         let schema = ClassSchema.key
         // Added to the filter rather than the query: a persistent reference may not be joined
         // by attributes in a query, but the row it names must still be this key.
@@ -145,8 +145,8 @@ public struct KeyStore {
         let typeHash = store.codec.hash(schema.spec("type")!, .int(type.attributeNumber))
         var found: ItemRow?
         if plan.needsOpening {
-            let (items, corrupt) = try store.find(plan, limit: 1, withAttributes: true)
-            guard let item = items.first else { throw ItemStore.nothingFound(corrupt: corrupt) }
+            let (items, corrupt) = try store.items.find(plan, limit: 1, withAttributes: true)
+            guard let item = items.first else { throw SecItems.nothingFound(corrupt: corrupt) }
             found = item.row
         } else {
             try store.table.forEach(plan.filter) { row in

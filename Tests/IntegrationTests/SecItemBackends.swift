@@ -51,19 +51,19 @@ final class InProcessStore: SecItemBackend {
     }
 
     func add(_ attributes: AttributeDictionary) throws(KeychainError) -> QueryResult {
-        try store!.add(attributes, scope: scope)
+        try store!.items.add(attributes, scope: scope)
     }
 
     func copyMatching(_ query: AttributeDictionary) throws(KeychainError) -> QueryResult {
-        try store!.copyMatching(query, scope: scope)
+        try store!.items.copyMatching(query, scope: scope)
     }
 
     func update(_ query: AttributeDictionary, _ changes: AttributeDictionary) throws(KeychainError) {
-        try store!.update(query, changes: changes, scope: scope)
+        try store!.items.update(query, changes: changes, scope: scope)
     }
 
     func delete(_ query: AttributeDictionary) throws(KeychainError) {
-        try store!.delete(query, scope: scope)
+        try store!.items.delete(query, scope: scope)
     }
 }
 

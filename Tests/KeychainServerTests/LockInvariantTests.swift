@@ -230,7 +230,7 @@ struct LockInvariantTests {
             query["r_Data"] = .bool(true)
             let read = h.handler.store.isAvailable(pdmn)
             do {
-                _ = try h.handler.store.copyMatching(query, scope: h.policy.scope(for: h.caller))
+                _ = try h.handler.store.items.copyMatching(query, scope: h.policy.scope(for: h.caller))
                 #expect(read, "\(pdmn.rawValue) was read while its key is gone, after \(trail)")
             } catch {
                 #expect(!read && error.status == .interactionNotAllowed, "\(pdmn.rawValue): \(error) after \(trail)")

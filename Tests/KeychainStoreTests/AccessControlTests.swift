@@ -45,7 +45,7 @@ struct AccessControlTests {
     @Test func updatingAccessControlMovesTheItem() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([1])]))
-        try t.store.update(genp("s", "a"), changes: ["accc": .string("cku")], scope: TemporaryStore.app)
+        try t.store.items.update(genp("s", "a"), changes: ["accc": .string("cku")], scope: TemporaryStore.app)
         #expect(try t.attributes(genp("s", "a"))?["pdmn"] == .string("cku"))
         #expect(try t.secret(genp("s", "a")) == [1])
     }

@@ -17,8 +17,8 @@ struct AccessGroupTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "x", ["v_Data": .data([1])]), scope: appA)
         expectStatus(.itemNotFound) { _ = try t.copy(genp("s", "x"), scope: appB) }
-        expectStatus(.itemNotFound) { try t.store.update(genp("s", "x"), changes: ["labl": .string("l")], scope: appB) }
-        expectStatus(.itemNotFound) { try t.store.delete(genp("s", "x"), scope: appB) }
+        expectStatus(.itemNotFound) { try t.store.items.update(genp("s", "x"), changes: ["labl": .string("l")], scope: appB) }
+        expectStatus(.itemNotFound) { try t.store.items.delete(genp("s", "x"), scope: appB) }
         #expect(try t.secret(genp("s", "x"), scope: appA) == [1])
     }
 
@@ -28,15 +28,15 @@ struct AccessGroupTests {
         let foreign = genp("s", "x", ["agrp": .string("a.private")])
         expectStatus(.missingEntitlement) { _ = try t.copy(foreign, scope: appB) }
         expectStatus(.missingEntitlement) { try t.add(genp("s", "y", ["agrp": .string("a.private")]), scope: appB) }
-        expectStatus(.missingEntitlement) { try t.store.delete(foreign, scope: appB) }
-        expectStatus(.missingEntitlement) { try t.store.update(foreign, changes: ["labl": .string("l")], scope: appB) }
+        expectStatus(.missingEntitlement) { try t.store.items.delete(foreign, scope: appB) }
+        expectStatus(.missingEntitlement) { try t.store.items.update(foreign, changes: ["labl": .string("l")], scope: appB) }
     }
 
     @Test func movingAnItemIntoAForeignGroupIsMissingEntitlement() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "x"), scope: appA)
         expectStatus(.missingEntitlement) {
-            try t.store.update(genp("s", "x"), changes: ["agrp": .string("b.private")], scope: appA)
+            try t.store.items.update(genp("s", "x"), changes: ["agrp": .string("b.private")], scope: appA)
         }
     }
 
@@ -44,7 +44,7 @@ struct AccessGroupTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "x", ["agrp": .string("shared"), "v_Data": .data([5])]), scope: appA)
         #expect(try t.secret(genp("s", "x"), scope: appB) == [5])
-        try t.store.update(genp("s", "x"), changes: ["v_Data": .data([6])], scope: appB)
+        try t.store.items.update(genp("s", "x"), changes: ["v_Data": .data([6])], scope: appB)
         #expect(try t.secret(genp("s", "x"), scope: appA) == [6])
     }
 

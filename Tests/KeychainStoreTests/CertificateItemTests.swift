@@ -94,13 +94,13 @@ import Testing
     @Test func updatingTheDataDerivesTheAttributesAgain() throws {
         let t = try TemporaryStore()
         try add(t, TestCertificate.p256DER, ["labl": .string("rotating")])
-        try t.store.update(["class": .string("cert"), "labl": .string("rotating")],
+        try t.store.items.update(["class": .string("cert"), "labl": .string("rotating")],
                            changes: ["v_Data": .data(TestCertificate.ed25519DER)], scope: TemporaryStore.app)
         let attrs = try #require(try t.attributes(cert))
         #expect(attrs["pkhh"] == .data(TestCertificate.ed25519KeyID))
         #expect(attrs["skid"] == .data(try TestCertificate.ed25519.expected("skid")))
         #expect(attrs["labl"] == .string("rotating"))
-        try t.store.update(["class": .string("cert")], changes: ["v_Data": .data(TestCertificate.p256DER)], scope: TemporaryStore.app)
+        try t.store.items.update(["class": .string("cert")], changes: ["v_Data": .data(TestCertificate.p256DER)], scope: TemporaryStore.app)
         #expect(try t.attributes(cert)?["skid"] == nil)  // the P-256 certificate has none
     }
 
@@ -108,9 +108,9 @@ import Testing
         let t = try TemporaryStore()
         try add(t, TestCertificate.p256DER)
         expectStatus(.unknownFormat) {
-            try t.store.update(cert, changes: ["v_Data": .data([0x30, 0x00])], scope: TemporaryStore.app)
+            try t.store.items.update(cert, changes: ["v_Data": .data([0x30, 0x00])], scope: TemporaryStore.app)
         }
-        expectStatus(.param) { try t.store.update(cert, changes: ["slnr": .data([9])], scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.items.update(cert, changes: ["slnr": .data([9])], scope: TemporaryStore.app) }
         #expect(try t.secret(cert) == TestCertificate.p256DER)
         #expect(try t.attributes(cert)?["slnr"] == .data(try TestCertificate.p256.expected("slnr")))
     }

@@ -22,9 +22,9 @@ struct GenerationCountTests {
         let start = try generation(t)
         try t.add(genp("s", "a"))
         #expect(try generation(t) == start + 1)
-        try t.store.update(genp("s", "a"), changes: ["labl": .string("l")], scope: TemporaryStore.app)
+        try t.store.items.update(genp("s", "a"), changes: ["labl": .string("l")], scope: TemporaryStore.app)
         #expect(try generation(t) == start + 2)
-        try t.store.delete(genp("s", "a"), scope: TemporaryStore.app)
+        try t.store.items.delete(genp("s", "a"), scope: TemporaryStore.app)
         #expect(try generation(t) == start + 3)
         try t.store.savePasscodeFailures(1, lastFailure: 1)
         #expect(try generation(t) == start + 4)
@@ -48,7 +48,7 @@ struct GenerationCountTests {
         let before = try generation(t)
         _ = try t.secret(genp("s", "a"))
         expectStatus(.duplicateItem) { try t.add(genp("s", "a")) }
-        expectStatus(.itemNotFound) { try t.store.delete(genp("s", "absent"), scope: TemporaryStore.app) }
+        expectStatus(.itemNotFound) { try t.store.items.delete(genp("s", "absent"), scope: TemporaryStore.app) }
         #expect(try generation(t) == before)
     }
 

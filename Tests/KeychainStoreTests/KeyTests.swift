@@ -30,8 +30,8 @@ struct KeyTests {
     /// own search (the public calls refuse them).
     static func storedBytes(_ t: TemporaryStore, _ attrs: AttributeDictionary) throws -> SecretBytes {
         let query = try ItemQuery(ref(attrs), for: .copyMatching)
-        let plan = t.store.plan(.key, attributes: [:], groups: TemporaryStore.app.groups, query: query)
-        return try #require(try t.store.find(plan, limit: 1, withAttributes: true).items.first).data
+        let plan = t.store.items.plan(.key, attributes: [:], groups: TemporaryStore.app.groups, query: query)
+        return try #require(try t.store.items.find(plan, limit: 1, withAttributes: true).items.first).data
     }
 
     @Test(arguments: KeyType.allCases)
@@ -201,10 +201,10 @@ struct KeyTests {
         let t = try TemporaryStore()
         _ = try Self.generate(t, .ed25519)
         let query: AttributeDictionary = ["class": .string("keys"), "labl": .string("k")]
-        expectStatus(.param) { try t.store.update(query, changes: ["extr": .int(1)], scope: TemporaryStore.app) }
-        expectStatus(.param) { try t.store.update(query, changes: ["type": .int(106)], scope: TemporaryStore.app) }
-        expectStatus(.param) { try t.store.update(query, changes: ["v_Data": .data([UInt8](repeating: 1, count: 32))], scope: TemporaryStore.app) }
-        try t.store.update(query, changes: ["labl": .string("renamed")], scope: TemporaryStore.app)
+        expectStatus(.param) { try t.store.items.update(query, changes: ["extr": .int(1)], scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.items.update(query, changes: ["type": .int(106)], scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.items.update(query, changes: ["v_Data": .data([UInt8](repeating: 1, count: 32))], scope: TemporaryStore.app) }
+        try t.store.items.update(query, changes: ["labl": .string("renamed")], scope: TemporaryStore.app)
         #expect(try t.attributes(["class": .string("keys"), "labl": .string("renamed")])?["extr"] == .int(0))
     }
 
@@ -260,8 +260,8 @@ struct KeyTests {
         let t = try TemporaryStore()
         try t.add(Self.importItem(P256.Signing.PrivateKey(), ["labl": .string("k")]))
         let query: AttributeDictionary = ["class": .string("keys"), "labl": .string("k")]
-        expectStatus(.param) { try t.store.update(query, changes: [code: .int(0)], scope: TemporaryStore.app) }
-        try t.store.update(query, changes: [code: .int(1)], scope: TemporaryStore.app)
+        expectStatus(.param) { try t.store.items.update(query, changes: [code: .int(0)], scope: TemporaryStore.app) }
+        try t.store.items.update(query, changes: [code: .int(1)], scope: TemporaryStore.app)
         #expect(try t.attributes(query)?[code] == .int(1))
     }
 

@@ -96,10 +96,10 @@ struct LockAndPasscodeTests {
     @Test func updatingALockedItemFailsAndChangesNothing() throws {
         let t = try lockedSinceBoot()
         expectStatus(.interactionNotAllowed) {
-            try t.store.update(genp("s", "ak"), changes: ["v_Data": .data([0])], scope: TemporaryStore.app)
+            try t.store.items.update(genp("s", "ak"), changes: ["v_Data": .data([0])], scope: TemporaryStore.app)
         }
         expectStatus(.interactionNotAllowed) {
-            try t.store.update(genp("s", "dk"), changes: ["pdmn": .string("ak")], scope: TemporaryStore.app)
+            try t.store.items.update(genp("s", "dk"), changes: ["pdmn": .string("ak")], scope: TemporaryStore.app)
         }
         try t.store.unlock(passcode: passcode)
         #expect(try t.secret(genp("s", "ak")) == bytes("ak"))
@@ -108,7 +108,7 @@ struct LockAndPasscodeTests {
 
     @Test func deletingByColumnsWorksWhileLocked() throws {
         let t = try lockedSinceBoot()
-        try t.store.delete(genp("s", "ak"), scope: TemporaryStore.app)
+        try t.store.items.delete(genp("s", "ak"), scope: TemporaryStore.app)
         try t.store.unlock(passcode: passcode)
         expectStatus(.itemNotFound) { _ = try t.copy(genp("s", "ak")) }
     }

@@ -31,7 +31,7 @@ struct MissingPartTests {
     @Test func aDatabaseThatCommittedWritesButHasNoKeybagIsRefusedEvenWithNoItemsLeft() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a"))
-        try t.store.delete(genp("s", "a"), scope: TemporaryStore.app)
+        try t.store.items.delete(genp("s", "a"), scope: TemporaryStore.app)
         let error = refusal { try t.editFile { try $0.execute("DELETE FROM keybag") } }
         #expect(error?.status == .decode)
         #expect(try raw(t).keybag.record() == nil)

@@ -82,7 +82,7 @@ struct QueryTests {
             Issue.record("no persistent ref")
             return
         }
-        try t.store.update(genp("s", "c"), changes: ["acct": .string("renamed")], scope: TemporaryStore.app)
+        try t.store.items.update(genp("s", "c"), changes: ["acct": .string("renamed")], scope: TemporaryStore.app)
         let attrs = try #require(try t.attributes(["v_PersistentRef": .data(ref)]))
         #expect(attrs["acct"] == .string("renamed"))
     }

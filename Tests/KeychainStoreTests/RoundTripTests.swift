@@ -125,7 +125,7 @@ struct RoundTripTests {
         let t = try TemporaryStore()
         try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
         try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data(TestCertificate.p256KeyID), "kcls": .int(1), "priv": .int(1)])
-        try t.store.delete(["class": .string("idnt")], scope: TemporaryStore.app)
+        try t.store.items.delete(["class": .string("idnt")], scope: TemporaryStore.app)
         #expect(try t.store.itemCount() == 0)
     }
 
@@ -145,7 +145,7 @@ struct RoundTripTests {
         let t = try TemporaryStore()
         try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.p256DER)])
         try t.add(["class": .string("keys"), "v_Data": .data(bytes("K")), "klbl": .data(TestCertificate.p256KeyID), "kcls": .int(1), "priv": .int(1)])
-        try t.store.update(["class": .string("idnt")], changes: ["labl": .string("renamed"), "pdmn": .string("ck")],
+        try t.store.items.update(["class": .string("idnt")], changes: ["labl": .string("renamed"), "pdmn": .string("ck")],
                            scope: TemporaryStore.app)
         let cert = try #require(try t.attributes(["class": .string("cert")]))
         let key = try #require(try t.attributes(["class": .string("keys")]))

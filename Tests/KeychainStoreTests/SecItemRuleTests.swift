@@ -14,7 +14,7 @@ import Testing
         try t.add(genp("s", "a", ["labl": .string("old")]))
         var query = genp("s", "a")
         query["u_AuthUI"] = .string("u_AuthUIS")
-        expectStatus(.param) { try t.store.update(query, changes: ["labl": .string("new")], scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.items.update(query, changes: ["labl": .string("new")], scope: TemporaryStore.app) }
         #expect(try t.attributes(genp("s", "a"))?["labl"] == .string("old"))
     }
 
@@ -23,7 +23,7 @@ import Testing
         try t.add(genp("s", "a"))
         var query = genp("s", "a")
         query["u_AuthUI"] = .string("u_AuthUIS")
-        expectStatus(.param) { try t.store.delete(query, scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.items.delete(query, scope: TemporaryStore.app) }
         #expect(try t.count(genp("s", "a")) == 1)
     }
 
@@ -122,7 +122,7 @@ import Testing
         try t.add(genp("s", "a"))
         let before = try #require(try t.attributes(genp("s", "a")))
         // The clock has not moved: mdat still goes forward, and the caller's date is not used.
-        try t.store.update(genp("s", "a"), changes: ["mdat": .date(5), "labl": .string("L")], scope: TemporaryStore.app)
+        try t.store.items.update(genp("s", "a"), changes: ["mdat": .date(5), "labl": .string("L")], scope: TemporaryStore.app)
         let after = try #require(try t.attributes(genp("s", "a")))
         guard case .date(let old)? = before["mdat"], case .date(let new)? = after["mdat"] else {
             Issue.record("no mdat")
@@ -137,7 +137,7 @@ import Testing
         let t = try TemporaryStore()
         try t.add(genp("s", "a"))
         t.clock.now += 60
-        try t.store.update(genp("s", "a"), changes: ["mdat": .date(0)], scope: TemporaryStore.app)
+        try t.store.items.update(genp("s", "a"), changes: ["mdat": .date(0)], scope: TemporaryStore.app)
         #expect(try t.attributes(genp("s", "a"))?["mdat"] == .date(t.clock.now))
     }
 
@@ -146,14 +146,14 @@ import Testing
         try t.add(genp("s", "a"))
         let created = try #require(try t.attributes(genp("s", "a"))?["cdat"])
         t.clock.now += 60
-        try t.store.update(genp("s", "a"), changes: ["cdat": .date(1), "mdat": .date(2)], scope: TemporaryStore.app)
+        try t.store.items.update(genp("s", "a"), changes: ["cdat": .date(1), "mdat": .date(2)], scope: TemporaryStore.app)
         #expect(try t.attributes(genp("s", "a"))?["cdat"] == created)
     }
 
     @Test func anUpdateCarryingADateThatIsNoDateIsParam() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a"))
-        expectStatus(.param) { try t.store.update(genp("s", "a"), changes: ["mdat": .string("now")], scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.items.update(genp("s", "a"), changes: ["mdat": .string("now")], scope: TemporaryStore.app) }
     }
 
     // MARK: synchronizable and ThisDeviceOnly
@@ -168,15 +168,15 @@ import Testing
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["sync": .bool(true)]))
         let query = genp("s", "a", ["sync": .bool(true)])
-        expectStatus(.param) { try t.store.update(query, changes: ["pdmn": .string("aku")], scope: TemporaryStore.app) }
-        expectStatus(.param) { try t.store.update(query, changes: ["accc": .string("dku")], scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.items.update(query, changes: ["pdmn": .string("aku")], scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.items.update(query, changes: ["accc": .string("dku")], scope: TemporaryStore.app) }
         #expect(try t.attributes(query)?["pdmn"] == .string("ak"))
     }
 
     @Test func anUpdateMakingAThisDeviceOnlyItemSynchronizableIsParam() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["pdmn": .string("aku")]))
-        expectStatus(.param) { try t.store.update(genp("s", "a"), changes: ["sync": .bool(true)], scope: TemporaryStore.app) }
+        expectStatus(.param) { try t.store.items.update(genp("s", "a"), changes: ["sync": .bool(true)], scope: TemporaryStore.app) }
         #expect(try t.count(genp("s", "a")) == 1)
     }
 
@@ -185,7 +185,7 @@ import Testing
         try t.add(genp("s", "a"))
         try t.add(genp("s", "b", ["pdmn": .string("aku")]))
         expectStatus(.param) {
-            try t.store.update(["class": .string("genp"), "svce": .string("s")], changes: ["sync": .bool(true)], scope: TemporaryStore.app)
+            try t.store.items.update(["class": .string("genp"), "svce": .string("s")], changes: ["sync": .bool(true)], scope: TemporaryStore.app)
         }
         #expect(try t.count(["class": .string("genp"), "svce": .string("s")]) == 2)
     }
@@ -195,7 +195,7 @@ import Testing
         expectStatus(.unimplemented) { try t.add(genp("s", "a", ["sync": .bool(true), "accc": .string("ak;1")])) }
         try t.add(genp("s", "a", ["sync": .bool(true)]))
         expectStatus(.unimplemented) {
-            try t.store.update(genp("s", "a", ["sync": .bool(true)]), changes: ["accc": .string("ak;1")], scope: TemporaryStore.app)
+            try t.store.items.update(genp("s", "a", ["sync": .bool(true)]), changes: ["accc": .string("ak;1")], scope: TemporaryStore.app)
         }
     }
 }

@@ -94,14 +94,14 @@ struct SecretServiceStoreTests {
         #expect(try t.store.table.attributeRowCount(item: try rowid(t, a.ref)) == 3)
         #expect(try t.store.table.attributeRowCount(item: try rowid(t, b.ref)) == 1)
         // An update that changes the attributes rewrites the rows.
-        try t.store.update(["v_PersistentRef": .data(a.ref)], changes: ["xsat": .data(try SecretServiceAttributes(["only": "one"]).encoded)],
+        try t.store.items.update(["v_PersistentRef": .data(a.ref)], changes: ["xsat": .data(try SecretServiceAttributes(["only": "one"]).encoded)],
                            scope: TemporaryStore.app)
         #expect(try t.store.table.attributeRowCount(item: try rowid(t, a.ref)) == 2)
         #expect(try search(t, ["user": "alice"]).isEmpty)
         #expect(try search(t, ["only": "one"]) == [a.ref])
-        try t.store.delete(["v_PersistentRef": .data(a.ref)], scope: TemporaryStore.app)
+        try t.store.items.delete(["v_PersistentRef": .data(a.ref)], scope: TemporaryStore.app)
         #expect(try indexRows(t) == 1)
-        try t.store.delete(["class": .string("genp"), "svce": .string("secret-service:login")], scope: TemporaryStore.app)
+        try t.store.items.delete(["class": .string("genp"), "svce": .string("secret-service:login")], scope: TemporaryStore.app)
         #expect(try indexRows(t) == 0)
     }
 

@@ -59,7 +59,7 @@ final class Scratch {
     /// Opens the store in `directory`, adds one item and closes it again: a keychain in use.
     func makeKeychain(_ directory: String? = nil) throws {
         let store = try open(directory)
-        try store.add(genp("s", "a", ["v_Data": .data(bytes("secret"))]), scope: TemporaryStore.app)
+        try store.items.add(genp("s", "a", ["v_Data": .data(bytes("secret"))]), scope: TemporaryStore.app)
     }
 
     func mkdir(_ relative: String, mode: mode_t = 0o700) throws {

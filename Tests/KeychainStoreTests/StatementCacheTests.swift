@@ -138,12 +138,12 @@ struct StatementCacheTests {
         let other = AccessScope(groups: ["com.example.other", "com.example.other-shared"])  // as many groups as the app: the same shape
         // The other app's own certificate makes its query reach the key lookup.
         try t.add(["class": .string("cert"), "v_Data": .data(TestCertificate.ed25519DER)], scope: other)
-        _ = try? t.store.copyMatching(["class": .string("idnt"), "klbl": .data(TestCertificate.ed25519KeyID)], scope: other)
+        _ = try? t.store.items.copyMatching(["class": .string("idnt"), "klbl": .data(TestCertificate.ed25519KeyID)], scope: other)
         let result = try t.copy(["class": .string("idnt"), "labl": .string("mine"), "r_Data": .bool(true)])
         #expect(result == .single(.data(Array("KEY".utf8))))
-        try t.store.update(["class": .string("idnt"), "labl": .string("mine")], changes: ["v_Data": .data(Array("NEW".utf8))],
+        try t.store.items.update(["class": .string("idnt"), "labl": .string("mine")], changes: ["v_Data": .data(Array("NEW".utf8))],
                            scope: TemporaryStore.app)
-        try t.store.delete(["class": .string("idnt")], scope: TemporaryStore.app)
+        try t.store.items.delete(["class": .string("idnt")], scope: TemporaryStore.app)
         #expect(try t.store.itemCount() == 1)  // the other app's certificate
     }
 }

@@ -51,9 +51,9 @@ struct SyncOutboxTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a"))
         try t.add(genp("s", "b", ["pdmn": .string("aku")]))
-        try t.store.update(genp("s", "a"), changes: ["labl": .string("L"), "acct": .string("c")], scope: scope)
-        try t.store.delete(genp("s", "c"), scope: scope)
-        try t.store.delete(genp("s", "b"), scope: scope)
+        try t.store.items.update(genp("s", "a"), changes: ["labl": .string("L"), "acct": .string("c")], scope: scope)
+        try t.store.items.delete(genp("s", "c"), scope: scope)
+        try t.store.items.delete(genp("s", "b"), scope: scope)
         #expect(try entries(t).isEmpty)
     }
 
@@ -67,8 +67,8 @@ struct SyncOutboxTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", Self.synced))
         try t.store.database.run("UPDATE sync_outbox SET counter = 3")  // as a push that began would
-        try t.store.update(genp("s", "a", Self.synced), changes: ["v_Data": .data([2])], scope: scope)
-        try t.store.update(genp("s", "a", Self.synced), changes: ["labl": .string("L")], scope: scope)
+        try t.store.items.update(genp("s", "a", Self.synced), changes: ["v_Data": .data([2])], scope: scope)
+        try t.store.items.update(genp("s", "a", Self.synced), changes: ["labl": .string("L")], scope: scope)
         let entries = try entries(t)
         #expect(entries.count == 1)
         #expect(entries.first?.counter == nil)
@@ -77,9 +77,9 @@ struct SyncOutboxTests {
     @Test func turningSyncOnQueuesTheItemAndTurningItOffUnqueuesIt() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a"))
-        try t.store.update(genp("s", "a"), changes: Self.synced, scope: scope)
+        try t.store.items.update(genp("s", "a"), changes: Self.synced, scope: scope)
         #expect(try entries(t).count == 1)
-        try t.store.update(genp("s", "a", Self.synced), changes: ["sync": .int(0)], scope: scope)
+        try t.store.items.update(genp("s", "a", Self.synced), changes: ["sync": .int(0)], scope: scope)
         #expect(try entries(t).isEmpty)  // never synced: nothing to take back
     }
 
@@ -91,7 +91,7 @@ struct SyncOutboxTests {
         try t.add(genp("s", "b"))
         try t.add(genp("s", "c"))
         expectStatus(.duplicateItem) {
-            try t.store.update(["class": .string("genp"), "svce": .string("s"), "sync": .int(0)],
+            try t.store.items.update(["class": .string("genp"), "svce": .string("s"), "sync": .int(0)],
                                changes: ["acct": .string("a"), "sync": .int(1)], scope: scope)
         }
         #expect(try entries(t).count == 1)
@@ -103,8 +103,8 @@ struct SyncOutboxTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", Self.synced))
         try t.add(genp("s", "b", Self.synced.merging(["labl": .string("only in the blob")]) { $1 }))
-        try t.store.delete(genp("s", "a", Self.synced), scope: scope)  // columns only: one statement
-        try t.store.delete(genp("s", "b", Self.synced.merging(["labl": .string("only in the blob")]) { $1 }), scope: scope)
+        try t.store.items.delete(genp("s", "a", Self.synced), scope: scope)  // columns only: one statement
+        try t.store.items.delete(genp("s", "b", Self.synced.merging(["labl": .string("only in the blob")]) { $1 }), scope: scope)
         #expect(try entries(t).isEmpty)
     }
 
@@ -118,7 +118,7 @@ struct SyncOutboxTests {
             return false
         }
         t.clock.now += 5
-        try t.store.delete(genp("svc-marker", "acct-marker", Self.synced), scope: scope)
+        try t.store.items.delete(genp("svc-marker", "acct-marker", Self.synced), scope: scope)
         let found = try tombstones(t)
         #expect(found.count == 1)
         guard let tombstone = found.first, let before else { return }
@@ -143,7 +143,7 @@ struct SyncOutboxTests {
         try t.add(genp("s", "a", Self.synced))
         try markSynced(t, genp("s", "a"))
         t.clock.now -= 3600  // the clock went back
-        try t.store.delete(genp("s", "a", Self.synced), scope: scope)
+        try t.store.items.delete(genp("s", "a", Self.synced), scope: scope)
         #expect(try tombstones(t).first?.mdat == ItemStore.milliseconds(t.clock.now + 3600) + 1)
     }
 
@@ -153,7 +153,7 @@ struct SyncOutboxTests {
         try t.add(genp("s", "b", Self.synced))
         try t.add(genp("s", "c"))
         try markSynced(t, genp("s", "a"))
-        try t.store.delete(["class": .string("genp"), "svce": .string("s")].merging(Self.anySync) { $1 }, scope: scope)
+        try t.store.items.delete(["class": .string("genp"), "svce": .string("s")].merging(Self.anySync) { $1 }, scope: scope)
         #expect(try t.store.itemCount() == 0)
         let entries = try entries(t)
         #expect(entries.count == 1)
@@ -166,7 +166,7 @@ struct SyncOutboxTests {
         try t.add(genp("s", "a", Self.synced.merging(["v_Data": .data([5])]) { $1 }))
         try markSynced(t, genp("s", "a"))
         t.store.lock()
-        try t.store.delete(genp("s", "a", Self.synced), scope: scope)
+        try t.store.items.delete(genp("s", "a", Self.synced), scope: scope)
         let found = try tombstones(t)
         #expect(found.count == 1)
         guard let tombstone = found.first else { return }
@@ -179,13 +179,13 @@ struct SyncOutboxTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", Self.synced))
         try markSynced(t, genp("s", "a"))
-        try t.store.update(genp("s", "a", Self.synced), changes: ["acct": .string("b")], scope: scope)
+        try t.store.items.update(genp("s", "a", Self.synced), changes: ["acct": .string("b")], scope: scope)
         let entries = try entries(t)
         #expect(entries.count == 2)
         #expect(entries.contains { if case .tombstone = $0.change { true } else { false } })
         #expect(entries.contains { $0.change == .version(item: try! rowid(t, genp("s", "b"))) })
         // The new record is one the circle has not seen: deleting it leaves no second tombstone.
-        try t.store.delete(genp("s", "b", Self.synced), scope: scope)
+        try t.store.items.delete(genp("s", "b", Self.synced), scope: scope)
         #expect(try tombstones(t).count == 1)
     }
 
@@ -193,7 +193,7 @@ struct SyncOutboxTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", Self.synced))
         try markSynced(t, genp("s", "a"))
-        try t.store.update(genp("s", "a", Self.synced), changes: ["sync": .int(0)], scope: scope)
+        try t.store.items.update(genp("s", "a", Self.synced), changes: ["sync": .int(0)], scope: scope)
         let entries = try entries(t)
         #expect(entries.count == 1)
         if case .tombstone = entries.first?.change {} else { Issue.record("not a tombstone: \(entries)") }
@@ -203,7 +203,7 @@ struct SyncOutboxTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", Self.synced))
         try markSynced(t, genp("s", "a"))
-        try t.store.update(genp("s", "a", Self.synced), changes: ["labl": .string("L"), "pdmn": .string("dk")], scope: scope)
+        try t.store.items.update(genp("s", "a", Self.synced), changes: ["labl": .string("L"), "pdmn": .string("dk")], scope: scope)
         #expect(try tombstones(t).isEmpty)
         #expect(try entries(t).count == 1)
     }
@@ -212,7 +212,7 @@ struct SyncOutboxTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", Self.synced))
         try markSynced(t, genp("s", "a"))
-        try t.store.delete(genp("s", "a", Self.synced), scope: scope)
+        try t.store.items.delete(genp("s", "a", Self.synced), scope: scope)
         try t.store.erase()
         #expect(try entries(t).isEmpty)
     }
@@ -240,7 +240,7 @@ struct SyncOutboxTests {
         #expect(try tombstones(t).isEmpty)
         #expect(try entries(t).count == 1)
         // It inherits the record's stamp, so deleting it now does tell the circle.
-        try t.store.delete(genp("s", "a", Self.synced), scope: scope)
+        try t.store.items.delete(genp("s", "a", Self.synced), scope: scope)
         #expect(try tombstones(t).count == 1)
     }
 }

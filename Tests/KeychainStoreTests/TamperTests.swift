@@ -107,7 +107,7 @@ struct TamperTests {
     @Test func deleteRemovesAnAlteredRow() throws {
         let t = try twoItems()
         try edit(t, "UPDATE items SET data = X'0102' WHERE rowid = \(victimRow)")
-        try t.store.delete(genp("s", "victim"), scope: TemporaryStore.app)
+        try t.store.items.delete(genp("s", "victim"), scope: TemporaryStore.app)
         #expect(try t.store.itemCount() == 1)
     }
 

@@ -9,7 +9,7 @@ struct UpdateDeleteTests {
     @Test func updateReplacesTheSecret() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([1])]))
-        try t.store.update(genp("s", "a"), changes: ["v_Data": .data([2, 2])], scope: scope)
+        try t.store.items.update(genp("s", "a"), changes: ["v_Data": .data([2, 2])], scope: scope)
         #expect(try t.secret(genp("s", "a")) == [2, 2])
     }
 
@@ -18,14 +18,14 @@ struct UpdateDeleteTests {
         try t.add(genp("s", "a"))
         try t.add(genp("s", "b"))
         try t.add(genp("other", "c"))
-        try t.store.update(["class": .string("genp"), "svce": .string("s")], changes: ["labl": .string("L")], scope: scope)
+        try t.store.items.update(["class": .string("genp"), "svce": .string("s")], changes: ["labl": .string("L")], scope: scope)
         #expect(try t.count(["class": .string("genp"), "labl": .string("L")]) == 2)
     }
 
     @Test func updateMovesAnItemToAnotherProtectionClass() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([9])]))
-        try t.store.update(genp("s", "a"), changes: ["pdmn": .string("dk")], scope: scope)
+        try t.store.items.update(genp("s", "a"), changes: ["pdmn": .string("dk")], scope: scope)
         try t.store.setPasscode(bytes("1234"))
         try t.reopen()  // locked since boot: only Always items are readable
         #expect(try t.secret(genp("s", "a")) == [9])
@@ -35,7 +35,7 @@ struct UpdateDeleteTests {
     @Test func updateMayChangePrimaryKeyAttributes() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([1])]))
-        try t.store.update(genp("s", "a"), changes: ["acct": .string("z")], scope: scope)
+        try t.store.items.update(genp("s", "a"), changes: ["acct": .string("z")], scope: scope)
         expectStatus(.itemNotFound) { _ = try t.copy(genp("s", "a")) }
         #expect(try t.secret(genp("s", "z")) == [1])
     }
@@ -45,11 +45,11 @@ struct UpdateDeleteTests {
         try t.add(genp("s", "a", ["v_Data": .data([1])]))
         try t.add(genp("s", "b", ["v_Data": .data([2])]))
         try t.add(genp("s", "c", ["v_Data": .data([3])]))
-        try t.store.update(genp("s", "a"), changes: ["labl": .string("first")], scope: scope)
+        try t.store.items.update(genp("s", "a"), changes: ["labl": .string("first")], scope: scope)
         // a, b and c all become "c": a's rewrite succeeds before b's clashes, and must be
         // rolled back with it.
         expectStatus(.duplicateItem) {
-            try t.store.update(["class": .string("genp"), "svce": .string("s")],
+            try t.store.items.update(["class": .string("genp"), "svce": .string("s")],
                                changes: ["acct": .string("c"), "labl": .string("moved")], scope: scope)
         }
         #expect(try t.secret(genp("s", "a")) == [1])
@@ -61,7 +61,7 @@ struct UpdateDeleteTests {
     @Test func modificationDateStrictlyIncreasesEvenIfTheClockStands() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a"))
-        try t.store.update(genp("s", "a"), changes: ["labl": .string("1")], scope: scope)
+        try t.store.items.update(genp("s", "a"), changes: ["labl": .string("1")], scope: scope)
         let attrs = try #require(try t.attributes(genp("s", "a")))
         guard case .date(let created)? = attrs["cdat"], case .date(let modified)? = attrs["mdat"] else {
             Issue.record("dates missing")
@@ -73,15 +73,15 @@ struct UpdateDeleteTests {
 
     @Test func updateWithNoMatchIsItemNotFound() throws {
         let t = try TemporaryStore()
-        expectStatus(.itemNotFound) { try t.store.update(genp("s", "a"), changes: ["labl": .string("x")], scope: scope) }
+        expectStatus(.itemNotFound) { try t.store.items.update(genp("s", "a"), changes: ["labl": .string("x")], scope: scope) }
     }
 
     @Test func updateAndDeleteRejectMatchLimitEvenAll() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a"))
         let q = genp("s", "a", ["m_Limit": .string("m_LimitAll")])
-        expectStatus(.param) { try t.store.update(q, changes: ["labl": .string("x")], scope: scope) }
-        expectStatus(.param) { try t.store.delete(q, scope: scope) }
+        expectStatus(.param) { try t.store.items.update(q, changes: ["labl": .string("x")], scope: scope) }
+        expectStatus(.param) { try t.store.items.delete(q, scope: scope) }
         #expect(try t.count(genp("s", "a")) == 1)
     }
 
@@ -89,14 +89,14 @@ struct UpdateDeleteTests {
         let t = try TemporaryStore()
         try t.add(genp("s", "a"))
         expectStatus(.noSuchAttribute) {
-            try t.store.update(genp("s", "a"), changes: ["class": .string("inet")], scope: scope)
+            try t.store.items.update(genp("s", "a"), changes: ["class": .string("inet")], scope: scope)
         }
     }
 
     @Test func updateToWhenPasscodeSetWithoutPasscodeIsNotAvailable() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["v_Data": .data([1])]))
-        expectStatus(.notAvailable) { try t.store.update(genp("s", "a"), changes: ["pdmn": .string("akpu")], scope: scope) }
+        expectStatus(.notAvailable) { try t.store.items.update(genp("s", "a"), changes: ["pdmn": .string("akpu")], scope: scope) }
         #expect(try t.secret(genp("s", "a")) == [1])
     }
 
@@ -105,16 +105,16 @@ struct UpdateDeleteTests {
         try t.add(genp("s", "a"))
         try t.add(genp("s", "b"))
         try t.add(genp("t", "a"))
-        try t.store.delete(["class": .string("genp"), "svce": .string("s")], scope: scope)
+        try t.store.items.delete(["class": .string("genp"), "svce": .string("s")], scope: scope)
         #expect(try t.count(["class": .string("genp")]) == 1)
-        expectStatus(.itemNotFound) { try t.store.delete(["class": .string("genp"), "svce": .string("s")], scope: scope) }
+        expectStatus(.itemNotFound) { try t.store.items.delete(["class": .string("genp"), "svce": .string("s")], scope: scope) }
     }
 
     @Test func deleteByAnAttributeWithoutAColumnChecksTheSealedValue() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["desc": .string("keep")]))
         try t.add(genp("s", "b", ["desc": .string("drop")]))
-        try t.store.delete(["class": .string("genp"), "desc": .string("drop")], scope: scope)
+        try t.store.items.delete(["class": .string("genp"), "desc": .string("drop")], scope: scope)
         #expect(try t.count(["class": .string("genp")]) == 1)
         #expect(try t.attributes(["class": .string("genp")])?["acct"] == .string("a"))
     }
@@ -122,8 +122,8 @@ struct UpdateDeleteTests {
     @Test func deleteLeavesSynchronizableItemsAloneUnlessAsked() throws {
         let t = try TemporaryStore()
         try t.add(genp("s", "a", ["sync": .bool(true)]))
-        expectStatus(.itemNotFound) { try t.store.delete(genp("s", "a"), scope: scope) }
-        try t.store.delete(genp("s", "a", ["sync": .string("syna")]), scope: scope)
+        expectStatus(.itemNotFound) { try t.store.items.delete(genp("s", "a"), scope: scope) }
+        try t.store.items.delete(genp("s", "a", ["sync": .string("syna")]), scope: scope)
         #expect(try t.store.itemCount() == 0)
     }
 }

@@ -27,7 +27,7 @@ struct SyncEngineTests {
     }
 
     static func add(_ d: TestDevice, _ service: String, _ secret: String) throws {
-        _ = try d.store.add(["class": .string("genp"), "svce": .string(service), "acct": .string("x"), "sync": .int(1),
+        _ = try d.store.items.add(["class": .string("genp"), "svce": .string(service), "acct": .string("x"), "sync": .int(1),
                              "pdmn": .string("ck"), "v_Data": .data(Array(secret.utf8))], scope: scope)
     }
 

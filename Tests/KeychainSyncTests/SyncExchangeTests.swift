@@ -51,7 +51,7 @@ struct SyncExchangeTests {
         try p.a.add(syncedGenp("svc", "acct", ["v_Data": .data([1])]))
         try p.exchange(first: p.a, then: p.b)
         p.a.clock.now += 10
-        try p.a.store.update(syncedGenp("svc", "acct"), changes: ["labl": .string("new"), "v_Data": .data([2])], scope: scope)
+        try p.a.store.items.update(syncedGenp("svc", "acct"), changes: ["labl": .string("new"), "v_Data": .data([2])], scope: scope)
         try p.push(p.a)
         #expect(try p.pull(p.b).applied == 1)
         #expect(try p.b.secret(syncedGenp("svc", "acct")) == [2])
@@ -64,7 +64,7 @@ struct SyncExchangeTests {
         try p.a.add(syncedGenp("svc", "acct"))
         try p.exchange(first: p.a, then: p.b)
         p.a.clock.now += 10
-        try p.a.store.delete(syncedGenp("svc", "acct"), scope: scope)
+        try p.a.store.items.delete(syncedGenp("svc", "acct"), scope: scope)
         let sent = try p.push(p.a)
         #expect(sent.count == 1 && sent[0].row.tombstone)
         #expect(try p.pull(p.b).applied == 1)
@@ -115,8 +115,8 @@ struct SyncExchangeTests {
         try p.exchange(first: p.a, then: p.b)
         p.a.clock.now += 10
         p.b.clock.now += 20
-        try p.a.store.update(syncedGenp("svc", "acct"), changes: ["labl": .string("A"), "v_Data": .data([1])], scope: scope)
-        try p.b.store.update(syncedGenp("svc", "acct"), changes: ["labl": .string("B"), "v_Data": .data([2])], scope: scope)
+        try p.a.store.items.update(syncedGenp("svc", "acct"), changes: ["labl": .string("A"), "v_Data": .data([1])], scope: scope)
+        try p.b.store.items.update(syncedGenp("svc", "acct"), changes: ["labl": .string("B"), "v_Data": .data([2])], scope: scope)
         try aFirst ? p.exchange(first: p.a, then: p.b) : p.exchange(first: p.b, then: p.a)
         for t in [p.a, p.b] {
             #expect(try p.item(t, genp("svc", "acct"))?["labl"] == .string("B"))
@@ -134,8 +134,8 @@ struct SyncExchangeTests {
         try p.exchange(first: p.a, then: p.b)
         p.a.clock.now += 10
         p.b.clock.now += 20
-        try p.a.store.delete(syncedGenp("svc", "acct"), scope: scope)
-        try p.b.store.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
+        try p.a.store.items.delete(syncedGenp("svc", "acct"), scope: scope)
+        try p.b.store.items.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
         try aFirst ? p.exchange(first: p.a, then: p.b) : p.exchange(first: p.b, then: p.a)
         for t in [p.a, p.b] {
             #expect(try t.secret(syncedGenp("svc", "acct")) == [2])
@@ -152,8 +152,8 @@ struct SyncExchangeTests {
         try p.exchange(first: p.a, then: p.b)
         p.b.clock.now += 10
         p.a.clock.now += 20
-        try p.b.store.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
-        try p.a.store.delete(syncedGenp("svc", "acct"), scope: scope)
+        try p.b.store.items.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
+        try p.a.store.items.delete(syncedGenp("svc", "acct"), scope: scope)
         try aFirst ? p.exchange(first: p.a, then: p.b) : p.exchange(first: p.b, then: p.a)
         for t in [p.a, p.b] {
             #expect(try p.item(t, genp("svc", "acct")) == nil)
@@ -169,8 +169,8 @@ struct SyncExchangeTests {
         try p.exchange(first: p.a, then: p.b)
         p.b.clock.now += 10
         p.a.clock.now += 20
-        try p.b.store.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
-        try p.a.store.delete(syncedGenp("svc", "acct"), scope: scope)
+        try p.b.store.items.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
+        try p.a.store.items.delete(syncedGenp("svc", "acct"), scope: scope)
         try p.push(p.b)
         #expect(try p.pull(p.a) == SyncApplyReport(superseded: 1))
         #expect(try p.item(p.a, genp("svc", "acct")) == nil)
@@ -188,7 +188,7 @@ struct SyncExchangeTests {
         try p.a.add(syncedGenp("svc", "other", ["v_Data": .data([9])]))
         try p.exchange(first: p.a, then: p.b)
         p.a.clock.now += 10
-        try p.a.store.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
+        try p.a.store.items.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
         var row = try #require(try p.outgoing(p.a).first?.row)
         switch tampering {
         case .body: row.body[row.body.count / 2] ^= 1
@@ -212,7 +212,7 @@ struct SyncExchangeTests {
         let added = try #require(try p.push(p.a).first?.row)
         try p.pull(p.b)
         p.a.clock.now += 10
-        try p.a.store.delete(syncedGenp("svc", "acct"), scope: scope)
+        try p.a.store.items.delete(syncedGenp("svc", "acct"), scope: scope)
         try p.push(p.a)
         try p.pull(p.b)
         p.records.serve(added)
@@ -269,7 +269,7 @@ struct SyncExchangeTests {
         try p.exchange(first: p.a, then: p.b)
         p.b.store.lock()
         p.a.clock.now += 10
-        try p.a.store.delete(syncedGenp("svc", "ak"), scope: scope)
+        try p.a.store.items.delete(syncedGenp("svc", "ak"), scope: scope)
         try p.push(p.a)
         #expect(try p.pull(p.b) == SyncApplyReport(deferred: 1))
         try p.b.store.unlock(passcode: [1, 2, 3])

@@ -39,7 +39,7 @@ struct SyncInterruptionTests {
     static func fill(_ d: TestDevice) throws {
         try d.store.database.transaction { () throws(KeychainError) in
             for n in 0..<items {
-                _ = try d.store.add(["class": .string("genp"), "svce": .string("svc-\(n)"), "acct": .string("x"), "sync": .int(1),
+                _ = try d.store.items.add(["class": .string("genp"), "svce": .string("svc-\(n)"), "acct": .string("x"), "sync": .int(1),
                                      "pdmn": .string("ck"), "v_Data": .data(Array("v\(n)".utf8))], scope: SyncEngineTests.scope)
             }
         }

@@ -59,7 +59,7 @@ struct SyncPushExchangeTests {
         try p.a.add(syncedGenp("svc", "two"))
         let sent = try p.outgoing(p.a)
         p.a.clock.now += 1
-        try p.a.store.update(syncedGenp("svc", "two"), changes: ["v_Data": .data([2])], scope: scope)
+        try p.a.store.items.update(syncedGenp("svc", "two"), changes: ["v_Data": .data([2])], scope: scope)
         try OutboxPush(p.a.store.replica).pushed(sent)
         let left = try p.outbox(p.a)
         #expect(left.count == 1 && left.first?.counter == nil)
@@ -74,7 +74,7 @@ struct SyncPushExchangeTests {
         try p.a.add(syncedGenp("svc", "two"))
         _ = try p.outgoing(p.a)  // numbered 1 and 2, never confirmed
         p.a.clock.now += 1
-        try p.a.store.update(syncedGenp("svc", "one"), changes: ["v_Data": .data([2])], scope: scope)
+        try p.a.store.items.update(syncedGenp("svc", "one"), changes: ["v_Data": .data([2])], scope: scope)
         #expect(try p.push(p.a).map(\.row.version.counter) == [2, 3])
         #expect(try p.pull(p.b) == SyncApplyReport(applied: 2))
     }
@@ -85,7 +85,7 @@ struct SyncPushExchangeTests {
         let first = try #require(try p.push(p.a).first?.row.version)
         // The clock went back: the new version still supersedes the old one.
         p.a.clock.now -= 3600
-        try p.a.store.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
+        try p.a.store.items.update(syncedGenp("svc", "acct"), changes: ["v_Data": .data([2])], scope: scope)
         let second = try #require(try p.push(p.a).first?.row.version)
         #expect(second > first && second.mdat > first.mdat)
     }
@@ -115,7 +115,7 @@ struct SyncPushExchangeTests {
         try p.a.add(syncedGenp("svc", "acct"))
         let added = try #require(try p.push(p.a).first?.row)
         p.a.clock.now += 1
-        try p.a.store.delete(syncedGenp("svc", "acct"), scope: scope)
+        try p.a.store.items.delete(syncedGenp("svc", "acct"), scope: scope)
         let deleted = try #require(try p.push(p.a).first?.row)
         #expect(deleted.tombstone && deleted.recordID == added.recordID && deleted.version > added.version)
     }

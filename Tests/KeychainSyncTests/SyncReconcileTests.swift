@@ -33,7 +33,7 @@ struct SyncReconcileTests {
         try p.a.add(syncedGenp("svc", "changed"))
         _ = try p.push(p.a)
         p.a.clock.now += 1
-        try p.a.store.update(syncedGenp("svc", "changed"), changes: ["v_Data": .data([9])], scope: scope)
+        try p.a.store.items.update(syncedGenp("svc", "changed"), changes: ["v_Data": .data([9])], scope: scope)
         #expect(try StampedItems(p.a.store.replica).reconcile(present: [], circleKey: p.circleKey) == 0)
         #expect(try p.item(p.a, syncedGenp("svc", "changed")) != nil)
         #expect(try p.outbox(p.a).count == 1)

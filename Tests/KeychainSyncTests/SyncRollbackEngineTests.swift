@@ -145,7 +145,7 @@ struct SyncRollbackEngineTests {
         try engineA.pass(a.database)
         try engineB.pass(b.database)
         let snapshot = try StoreSnapshot(a.database)
-        _ = try b.store.add(["class": .string("genp"), "svce": .string("b-ak"), "acct": .string("x"), "sync": .int(1),
+        _ = try b.store.items.add(["class": .string("genp"), "svce": .string("b-ak"), "acct": .string("x"), "sync": .int(1),
                              "pdmn": .string("ak"), "v_Data": .data(Array("secret".utf8))], scope: SyncEngineTests.scope)
         try engineB.pass(b.database)
         try snapshot.restore()

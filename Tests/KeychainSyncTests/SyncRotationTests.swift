@@ -16,7 +16,7 @@ extension TestDevice {
     var key: SyncCircleKey { get throws { try LocalCircle(store.replica).circleKey(epoch: try circle.epoch)! } }
 
     func addSynced(_ account: String, secret: String) throws {
-        _ = try store.add(["class": .string("genp"), "svce": .string("rotation"), "acct": .string(account),
+        _ = try store.items.add(["class": .string("genp"), "svce": .string("rotation"), "acct": .string(account),
                            "sync": .int(1), "v_Data": .data(SecretBytes(Array(secret.utf8)))], scope: scope)
     }
 
@@ -24,7 +24,7 @@ extension TestDevice {
     /// keychain has none.
     func secret(_ account: String) throws -> QueryResult? {
         do {
-            return try store.copyMatching(["class": .string("genp"), "svce": .string("rotation"), "acct": .string(account),
+            return try store.items.copyMatching(["class": .string("genp"), "svce": .string("rotation"), "acct": .string(account),
                                            "sync": .int(1), "r_Data": .bool(true)], scope: scope)
         } catch {
             if error.status == .itemNotFound { return nil }
@@ -98,7 +98,7 @@ struct SyncRotationTests {
         try a.addSynced("kept", secret: "stays")
         try a.addSynced("gone", secret: "deleted")
         try a.push()
-        try a.store.delete(["class": .string("genp"), "svce": .string("rotation"), "acct": .string("gone"), "sync": .int(1)],
+        try a.store.items.delete(["class": .string("genp"), "svce": .string("rotation"), "acct": .string("gone"), "sync": .int(1)],
                            scope: scope)
         try a.push()
         #expect(try a.rows().filter(\.tombstone).count == 1)

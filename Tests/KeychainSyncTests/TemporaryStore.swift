@@ -61,11 +61,11 @@ final class TemporaryStore {
     // Shorthands for the common calls, in the caller's default scope.
     @discardableResult
     func add(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> QueryResult {
-        try store.add(dict, scope: scope)
+        try store.items.add(dict, scope: scope)
     }
 
     func copy(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> QueryResult {
-        try store.copyMatching(dict, scope: scope)
+        try store.items.copyMatching(dict, scope: scope)
     }
 
     func secret(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> [UInt8]? {

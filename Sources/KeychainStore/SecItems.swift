@@ -2,7 +2,13 @@ import KeychainCrypto
 import KeychainModel
 import KeychainStorage
 
-extension ItemStore {
+/// SecItem's calls over one store: add, copyMatching, update and delete, and the search they
+/// share. Each writing call runs in one transaction of the store's database and queues its
+/// change for replicas in it; the caller holds the store as its one owner (the daemon's store
+/// lock), as for every type over the store.
+public struct SecItems {
+    let store: ItemStore
+
     // MARK: SecItemAdd
 
     /// Adds one item. errSecDuplicateItem when its primary key is taken (unless the holder is
@@ -29,7 +35,7 @@ extension ItemStore {
             ?? scope.defaultGroup
         guard let agrp else { throw KeychainError(.missingEntitlement, "the caller has no access groups") }
         let pdmn = query.protection ?? cls.defaultProtection
-        let key = try classKey(pdmn)
+        let key = try store.classKey(pdmn)
         if cls == .certificate { try CertificateItem.derive(&attributes, data: query.data) }
         // Before the primary key's defaults (bsiz 0, klbl empty): a key's derived attributes
         // are checked against what the caller gave, nothing else.
@@ -38,7 +44,7 @@ extension ItemStore {
         for spec in schema.primaryKey where attributes[spec.code] == nil {
             attributes[spec.code] = spec.defaultValue
         }
-        let stamp = now()
+        let stamp = store.now()
         attributes["agrp"] = .string(agrp)
         attributes["pdmn"] = .string(pdmn.rawValue)
         attributes["sync"] = attributes["sync"] ?? .int(0)
@@ -47,12 +53,12 @@ extension ItemStore {
         let data = query.data ?? .empty
         let id = PersistentID.make(at: stamp)
         if accountFromID { attributes["acct"] = .string(PersistentID.hex(id)) }
-        var row = codec.seal(cls, attributes: attributes, data: data, persistentID: id, classKey: key)
-        row.rowid = try database.transaction { () throws(KeychainError) -> Int64 in
-            try checkNoLegacyHolder(of: row, attributes: attributes)
+        var row = store.codec.seal(cls, attributes: attributes, data: data, persistentID: id, classKey: key)
+        row.rowid = try store.database.transaction { () throws(KeychainError) -> Int64 in
+            try store.checkNoLegacyHolder(of: row, attributes: attributes)
             var inserted = row
             inserted.rowid = try insertReplacingCorrupt(row)
-            try queueReplicaChange(inserted: inserted)
+            try store.queueReplicaChange(inserted: inserted)
             return inserted.rowid
         }
         return StoredItem(row: row, attributes: attributes, data: data)
@@ -61,10 +67,10 @@ extension ItemStore {
     /// Inserts, or on a primary-key clash replaces the holder if it is an altered row.
     private func insertReplacingCorrupt(_ row: ItemRow) throws(KeychainError) -> Int64 {
         do throws(KeychainError) {
-            return try table.insert(row)
+            return try store.table.insert(row)
         } catch where error.status == .duplicateItem {
             try removeCorruptHolder(of: row)
-            return try table.insert(row)
+            return try store.table.insert(row)
         }
     }
 
@@ -73,11 +79,11 @@ extension ItemStore {
     /// and the new row's version supersedes its record.
     private func removeCorruptHolder(of row: ItemRow) throws(KeychainError) {
         let duplicate = KeychainError(.duplicateItem, "an item with the same primary key already exists in group \"\(row.accessGroup)\"")
-        guard let holder = try table.primaryKeyHolder(of: row) else { throw duplicate }
+        guard let holder = try store.table.primaryKeyHolder(of: row) else { throw duplicate }
         do throws(KeychainError) {
-            _ = try open(holder, withAttributes: false)
+            _ = try store.open(holder, withAttributes: false)
         } catch where error.status == .decode {
-            try table.delete(rowid: holder.rowid)
+            try store.table.delete(rowid: holder.rowid)
             return
         } catch {}
         throw duplicate
@@ -88,7 +94,7 @@ extension ItemStore {
     /// The split read's one CopyMatching, with the whole answer gathered.
     public func copyMatching(_ dict: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> QueryResult {
         var results: [ItemResult] = []
-        let answer = try splitReader.copyMatching(dict, scope: scope, store: self) { (page) throws(KeychainError) in results += page }
+        let answer = try store.splitReader.copyMatching(dict, scope: scope, store: store) { (page) throws(KeychainError) in results += page }
         guard case .list = answer else { return answer }
         return .list(results)
     }
@@ -127,13 +133,13 @@ extension ItemStore {
         let query = try ItemQuery(queryDict, for: .update)
         let groups = try scope.groups(naming: query.accessGroup)
         if query.itemClass == .identity {
-            try Identities(store: self).update(query, changesDict: changesDict, groups: groups, scope: scope)
+            try Identities(store: store).update(query, changesDict: changesDict, groups: groups, scope: scope)
             return
         }
         let changes = try ItemChanges(changesDict, for: query.itemClass)
         try checkChanges(changes, scope: scope)
         let plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
-        try database.transaction { () throws(KeychainError) in
+        try store.database.transaction { () throws(KeychainError) in
             let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
             guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
             try apply(changes, to: items)
@@ -144,7 +150,7 @@ extension ItemStore {
     func checkChanges(_ changes: ItemChanges, scope: AccessScope) throws(KeychainError) {
         if let agrp = changes.attributes["agrp"]?.stringValue { _ = try scope.groups(naming: agrp) }
         if let pdmn = changes.attributes["pdmn"]?.stringValue.flatMap(Protection.init(rawValue:)) {
-            _ = try classKey(pdmn)
+            _ = try store.classKey(pdmn)
         }
     }
 
@@ -152,7 +158,7 @@ extension ItemStore {
     /// fresh item key and the class key of its (possibly new) protection domain. An item left
     /// synchronizable and ThisDeviceOnly is errSecParam. The caller holds the transaction.
     func apply(_ changes: ItemChanges, to items: [StoredItem]) throws(KeychainError) {
-        let stamp = now()
+        let stamp = store.now()
         for item in items {
             try KeyItem.checkChange(item, changes)
             var attributes = item.attributes
@@ -167,17 +173,17 @@ extension ItemStore {
             if case .date(let old)? = item.attributes["mdat"], mdat <= old { mdat = old + 0.001 }
             attributes["mdat"] = .date(mdat)
             let pdmn = attributes["pdmn"]?.stringValue.flatMap(Protection.init(rawValue:)) ?? .whenUnlocked
-            let row = codec.seal(item.itemClass, attributes: attributes, data: changes.data ?? item.data,
-                                 persistentID: item.row.persistentID, classKey: try classKey(pdmn),
+            let row = store.codec.seal(item.itemClass, attributes: attributes, data: changes.data ?? item.data,
+                                 persistentID: item.row.persistentID, classKey: try store.classKey(pdmn),
                                  rowid: item.row.rowid)
-            try checkNoLegacyHolder(of: row, attributes: attributes)
+            try store.checkNoLegacyHolder(of: row, attributes: attributes)
             do throws(KeychainError) {
-                try table.replace(row)
+                try store.table.replace(row)
             } catch where error.status == .duplicateItem {
                 try removeCorruptHolder(of: row)
-                try table.replace(row)
+                try store.table.replace(row)
             }
-            try queueReplicaChange(replaced: item.row, with: row)
+            try store.queueReplicaChange(replaced: item.row, with: row)
         }
     }
 
@@ -189,23 +195,88 @@ extension ItemStore {
         let query = try ItemQuery(dict, for: .delete)
         let groups = try scope.groups(naming: query.accessGroup)
         if query.itemClass == .identity {
-            try Identities(store: self).delete(query, groups: groups)
+            try Identities(store: store).delete(query, groups: groups)
             return
         }
         let plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
-        try database.transaction { () throws(KeychainError) in
+        try store.database.transaction { () throws(KeychainError) in
             guard plan.needsOpening else {
                 // Every condition is a column: SQLite finds and deletes the rows in one statement.
-                try queueReplicaChange(deletingRowsOf: plan.filter)
-                guard try table.deleteRows(plan.filter) > 0 else { throw Self.nothingFound(corrupt: 0) }
+                try store.queueReplicaChange(deletingRowsOf: plan.filter)
+                guard try store.table.deleteRows(plan.filter) > 0 else { throw Self.nothingFound(corrupt: 0) }
                 return
             }
             let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
             guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
             for item in items {
-                try queueReplicaChange(deleting: item.row)
-                try table.delete(rowid: item.row.rowid)
+                try store.queueReplicaChange(deleting: item.row)
+                try store.table.delete(rowid: item.row.rowid)
             }
         }
+    }
+
+    // MARK: the search the calls share
+
+    /// Builds the plan for `attributes` (coerced query attributes of class `cls`) within `groups`.
+    func plan(_ cls: ItemClass, attributes: AttributeDictionary, groups: [String], query: ItemQuery) -> SearchPlan {
+        Self.plan(cls, attributes: attributes, groups: groups, query: query, codec: store.codec)
+    }
+
+    /// `plan` with the codec given: it needs nothing else, so a split read plans off the lock.
+    static func plan(_ cls: ItemClass, attributes: AttributeDictionary, groups: [String], query: ItemQuery,
+                     codec: ItemCodec) -> SearchPlan {
+        let schema = ClassSchema.of(cls)!
+        var filter = RowFilter(itemClass: cls, accessGroups: groups)
+        var checks: [(AttributeSpec, AttributeValue)] = []
+        // Absent sync means sync = 0 (Apple): nothing synchronizable unless asked; "syna" and a
+        // persistent reference lift the filter.
+        if case .int(let s)? = attributes["sync"] {
+            filter.sync = s
+        } else if !query.matchesAnySync && query.persistentRef == nil {
+            filter.sync = 0
+        }
+        filter.persistentID = query.persistentRef?.id
+        for (code, value) in attributes {
+            guard let spec = schema.spec(code) else { continue }
+            switch code {
+            case "agrp", "sync": continue  // groups and sync are filtered above
+            case "pdmn": filter.protection = value.stringValue.flatMap(Protection.init(rawValue:))
+            default:
+                if spec.hasColumn {
+                    filter.hashes.append((code, codec.hash(spec, value)))
+                } else {
+                    checks.append((spec, value))
+                }
+            }
+        }
+        return SearchPlan(filter: filter, checks: checks)
+    }
+
+    /// Opens and checks the rows a plan selects, up to `limit` matches. A row of a locked class
+    /// fails the whole call (errSecInteractionNotAllowed, as on iOS); an altered row is skipped
+    /// and reported in `corrupt`.
+    func find(_ plan: SearchPlan, limit: Int?, withAttributes: Bool) throws(KeychainError) -> (items: [StoredItem], corrupt: Int) {
+        var items: [StoredItem] = []
+        var corrupt = 0
+        let decode = withAttributes || plan.needsOpening
+        try store.table.forEach(plan.filter) { (row) throws(KeychainError) -> Bool in
+            let item: StoredItem
+            do throws(KeychainError) {
+                item = try store.open(row, withAttributes: decode)
+            } catch where error.status == .decode {
+                corrupt += 1
+                return true
+            }
+            if plan.matches(item) { items.append(item) }
+            return limit.map { items.count < $0 } ?? true
+        }
+        return (items, corrupt)
+    }
+
+    /// errSecItemNotFound, or errSecDecode when the only candidates were altered rows.
+    public static func nothingFound(corrupt: Int) -> KeychainError {
+        corrupt > 0
+            ? KeychainError(.decode, "the matching item cannot be decrypted: its row in the database was altered")
+            : KeychainError(.itemNotFound, "no item matches the query")
     }
 }
