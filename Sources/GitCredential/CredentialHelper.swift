@@ -214,7 +214,7 @@ public struct CredentialHelper {
     }
 
     /// Runs the helper for git: `action` is get, store or erase; reads standard input.
-    /// `[--trust-uid UID] ACTION`: git passes what follows the helper's name in
+    /// `[--trust-uid UID|USER] ACTION`: git passes what follows the helper's name in
     /// credential.helper, so `keychain --trust-uid 995` trusts a daemon running as uid 995.
     public static func main(arguments: [String]) -> Int32 {
         // Before anything reads standard input: at a terminal, that would wait for EOF.
@@ -247,7 +247,7 @@ public struct CredentialHelper {
     }
 
     static let usageText = """
-        usage: git-credential-keychain [--trust-uid UID] get|store|erase
+        usage: git-credential-keychain [--trust-uid UID|USER] get|store|erase
         git runs it with the credential on standard input; set it up with
           git config --global credential.helper keychain
         It talks to keychaind at $KEYCHAIN_SOCKET, else the default socket (docs/git-credential.md).

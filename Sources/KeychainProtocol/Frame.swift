@@ -149,15 +149,15 @@ public final class FrameReader {
             } else {
                 try setReceiveTimeout(timeoutMs)
             }
-            let n = buffer.withUnsafeMutableBytes { b in
-                recv(socket.fd, b.baseAddress! + end, b.count - end, 0)
+            let (n, e) = try socket.withDescriptor { (fd) throws(SocketFailure) in
+                buffer.withUnsafeMutableBytes { b in (recv(fd, b.baseAddress! + end, b.count - end, 0), errno) }
             }
             if n > 0 {
                 end += n
                 continue
             }
             if n == 0 { throw .closed }
-            switch errno {
+            switch e {
             case EINTR: continue
             case EAGAIN: throw .timedOut
             case ECONNRESET: throw .closed
@@ -177,16 +177,17 @@ public final class FrameReader {
         end = 0
         let deadline = MonotonicClock.nanoseconds() &+ windowNs
         repeat {
-            let n = buffer.withUnsafeMutableBytes { b in
-                recv(socket.fd, b.baseAddress!, b.count, Int32(MSG_DONTWAIT))
-            }
+            // Closed here: next() reports it.
+            guard let (n, e) = try? socket.withDescriptor({ (fd) throws(SocketFailure) in
+                buffer.withUnsafeMutableBytes { b in (recv(fd, b.baseAddress!, b.count, Int32(MSG_DONTWAIT)), errno) }
+            }) else { return true }
             if n > 0 {
                 end = n
                 return true
             }
             // The peer closed, or an error: stop watching and let next() read it and report
             // it as it would have (a close between frames is a clean end, not a failure).
-            if n == 0 || (errno != EAGAIN && errno != EINTR) { return true }
+            if n == 0 || (e != EAGAIN && e != EINTR) { return true }
         } while keepWatching() && MonotonicClock.nanoseconds() < deadline
         return false
     }
@@ -197,8 +198,10 @@ public final class FrameReader {
     private func setReceiveTimeout(_ ms: Int32) throws(SocketFailure) {
         guard ms != currentTimeoutMs else { return }
         var tv = timeval(tv_sec: ms < 0 ? 0 : Int(ms / 1000), tv_usec: ms < 0 ? 0 : Int(ms % 1000) * 1000)
-        guard setsockopt(socket.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size)) == 0 else {
-            throw .system("setsockopt", errno)
+        try socket.withDescriptor { (fd) throws(SocketFailure) in
+            guard setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size)) == 0 else {
+                throw .system("setsockopt", errno)
+            }
         }
         currentTimeoutMs = ms
     }

@@ -22,7 +22,7 @@ public struct PeerCredentials: Sendable, Equatable {
         // struct (it needs _GNU_SOURCE) but not the option.
         var raw: (Int32, UInt32, UInt32) = (0, 0, 0)
         var length = socklen_t(MemoryLayout.size(ofValue: raw))
-        guard getsockopt(socket.fd, SOL_SOCKET, SO_PEERCRED, &raw, &length) == 0,
+        guard (try? socket.withDescriptor { fd in getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &raw, &length) }) == 0,
               Int(length) == MemoryLayout.size(ofValue: raw) else { return nil }
         return PeerCredentials(pid: raw.0, uid: raw.1, gid: raw.2)
     }

@@ -14,6 +14,9 @@ public enum SocketFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// A frame header announced a length outside 1...limit.
     case badLength(UInt32)
     case system(String, Int32)
+    /// This process closed the socket already: the call was refused rather than made on a
+    /// number the kernel may have given to another open since.
+    case closedHere
 
     public var description: String {
         switch self {
@@ -21,6 +24,7 @@ public enum SocketFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .timedOut: "timed out"
         case .badLength(let n): "frame length \(n) is 0 or over the limit"
         case .system(let call, let e): SystemCallError(call, errno: e).description
+        case .closedHere: "the socket was already closed by this process"
         }
     }
 }
@@ -49,17 +53,51 @@ public struct OwnedDescriptor: ~Copyable, Sendable {
 /// connections between threads and a call's socket is shut down by the thread that cancels
 /// it; it owns one OwnedDescriptor, so however many threads hold it and call `close()`, the
 /// descriptor is closed once: by the first `close()`, or when the last reference goes.
+///
+/// Every call on it goes through `withDescriptor`, which refuses once `close()` was called
+/// (SocketFailure.closedHere): the number may belong to another open by then, another
+/// connection's in this daemon. A call already under way when another thread closes keeps the
+/// descriptor until it returns; the number goes back to the kernel after the last such call.
 public final class UnixSocket: Sendable {
-    /// The descriptor's number, for system calls while the socket is open.
+    /// The number the socket was opened with: what names it (in logs, as a key), valid for
+    /// system calls only inside `withDescriptor`.
     public let fd: Int32
-    private let owned: Mutex<OwnedDescriptor?>
+    private let state: Mutex<DescriptorUse>
+
+    /// The descriptor, and the calls using it now.
+    private struct DescriptorUse: ~Copyable {
+        var owned: OwnedDescriptor?
+        var callsUnderWay = 0
+        var closing = false
+    }
 
     /// Takes over `fd` (see OwnedDescriptor.init(adopting:)).
     public convenience init(fd: Int32) { self.init(OwnedDescriptor(adopting: fd)) }
 
     public init(_ descriptor: consuming OwnedDescriptor) {
         fd = descriptor.rawValue
-        owned = Mutex(.some(descriptor))
+        state = Mutex(DescriptorUse(owned: .some(descriptor)))
+    }
+
+    /// Runs `body` with the descriptor's number, which stays this socket's until `body`
+    /// returns; SocketFailure.closedHere, without running it, once `close()` was called.
+    public func withDescriptor<T>(_ body: (Int32) throws(SocketFailure) -> T) throws(SocketFailure) -> T {
+        let open = state.withLock { use in
+            guard !use.closing else { return false }
+            use.callsUnderWay += 1
+            return true
+        }
+        guard open else { throw .closedHere }
+        defer { endCall() }
+        return try body(fd)
+    }
+
+    private func endCall() {
+        var last: OwnedDescriptor? = state.withLock { use in
+            use.callsUnderWay -= 1
+            return use.closing && use.callsUnderWay == 0 ? use.owned.take() : nil
+        }
+        if let descriptor = last.take() { descriptor.close() }
     }
 
     /// Builds a sockaddr_un for `path`, or nil when the path does not fit (108 bytes).
@@ -128,17 +166,23 @@ public final class UnixSocket: Sendable {
 
     /// One accept, on a blocking or non-blocking listener.
     private func acceptOnce() throws(SocketFailure) -> Accepted {
-        do {
-            let c = try SystemCall.retrying("accept") { Glibc.accept(fd, nil, nil) }
-            let connection = UnixSocket(fd: c)
-            _ = fcntl(c, F_SETFD, FD_CLOEXEC)
-            return .connection(connection)
-        } catch {
-            switch error.errno {
-            case EAGAIN, EWOULDBLOCK, ECONNABORTED: return .nothing  // another worker took it, or the client gave up
-            case EINVAL, EBADF: return .closed  // shut down
-            default: throw .system(error.call, error.errno)  // e.g. out of descriptors
+        do throws(SocketFailure) {
+            return try withDescriptor { (fd) throws(SocketFailure) in
+                do throws(SystemCallError) {
+                    let c = try SystemCall.retrying("accept") { Glibc.accept(fd, nil, nil) }
+                    let connection = UnixSocket(fd: c)
+                    _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+                    return .connection(connection)
+                } catch {
+                    switch error.errno {
+                    case EAGAIN, EWOULDBLOCK, ECONNABORTED: return .nothing  // another worker took it, or the client gave up
+                    case EINVAL, EBADF: return .closed  // shut down
+                    default: throw .system(error.call, error.errno)  // e.g. out of descriptors
+                    }
+                }
             }
+        } catch .closedHere {
+            return .closed
         }
     }
 
@@ -148,13 +192,21 @@ public final class UnixSocket: Sendable {
     /// daemon's next start.
     public func accept(orWakeOn wake: Int32) throws(SocketFailure) -> UnixSocket? {
         while true {
-            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
-            do {
-                _ = try SystemCall.retrying("poll") { poll(&fds, 2, -1) }
-            } catch {
-                throw .system(error.call, error.errno)
+            let woken: Bool
+            do throws(SocketFailure) {
+                woken = try withDescriptor { (fd) throws(SocketFailure) in
+                    var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+                    do throws(SystemCallError) {
+                        _ = try SystemCall.retrying("poll") { poll(&fds, 2, -1) }
+                    } catch {
+                        throw .system(error.call, error.errno)
+                    }
+                    return fds[1].revents != 0
+                }
+            } catch .closedHere {
+                return nil
             }
-            if fds[1].revents != 0 { return nil }
+            if woken { return nil }
             switch try acceptOnce() {
             case .connection(let socket): return socket
             case .nothing: continue
@@ -165,20 +217,28 @@ public final class UnixSocket: Sendable {
 
     /// Makes calls on this socket return EAGAIN instead of blocking.
     public func setNonBlocking() throws(SocketFailure) {
-        let flags = fcntl(fd, F_GETFL)
-        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else { throw .system("fcntl", errno) }
-    }
-
-    /// Closes the descriptor if no one has yet; later calls do nothing. Callers still close
-    /// explicitly rather than wait for the last reference: a peer waits for the close.
-    public func close() {
-        owned.withLock { owned in
-            if let descriptor = owned.take() { descriptor.close() }
+        try withDescriptor { (fd) throws(SocketFailure) in
+            let flags = fcntl(fd, F_GETFL)
+            guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else { throw .system("fcntl", errno) }
         }
     }
 
-    /// Wakes any thread blocked on this socket (used at shutdown).
-    public func shutdownBoth() { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+    /// Closes the descriptor if no one has yet (after the calls under way, if any); later
+    /// calls on the socket are refused. Callers still close explicitly rather than wait for
+    /// the last reference: a peer waits for the close.
+    public func close() {
+        var now: OwnedDescriptor? = state.withLock { use in
+            use.closing = true
+            return use.callsUnderWay == 0 ? use.owned.take() : nil
+        }
+        if let descriptor = now.take() { descriptor.close() }
+    }
+
+    /// Wakes any thread blocked on this socket (used at shutdown); nothing once closed.
+    public func shutdownBoth() { _ = try? withDescriptor { fd in Glibc.shutdown(fd, Int32(SHUT_RDWR)) } }
+
+    /// Ends what the peer may send (used at shutdown: requests under way still get answers).
+    public func shutdownReading() { _ = try? withDescriptor { fd in Glibc.shutdown(fd, Int32(SHUT_RD)) } }
 
     public func writeAll(_ bytes: [UInt8]) throws(SocketFailure) {
         try bytes.withUnsafeBytes { b in Result { () throws(SocketFailure) in try writeAll(b) } }.get()
@@ -189,17 +249,23 @@ public final class UnixSocket: Sendable {
     }
 
     public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(SocketFailure) {
-        do {
-            try SystemCall.writeAll(bytes, call: "send") { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        } catch {
-            if error.errno == EPIPE || error.errno == ECONNRESET { throw .closed }
-            throw .system(error.call, error.errno)
+        try withDescriptor { (fd) throws(SocketFailure) in
+            do throws(SystemCallError) {
+                try SystemCall.writeAll(bytes, call: "send") { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            } catch {
+                if error.errno == EPIPE || error.errno == ECONNRESET { throw .closed }
+                throw .system(error.call, error.errno)
+            }
         }
     }
 
     /// Reads what has arrived (at least one byte, at most `buffer.count`), waiting until
     /// `deadline` (MonotonicClock nanoseconds) at the most.
     public func receive(into buffer: UnsafeMutableRawBufferPointer, deadline: UInt64) throws(SocketFailure) -> Int {
+        try withDescriptor { (fd) throws(SocketFailure) in try receive(fd, into: buffer, deadline: deadline) }
+    }
+
+    private func receive(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, deadline: UInt64) throws(SocketFailure) -> Int {
         while true {
             guard Self.milliseconds(until: deadline) > 0 else { throw .timedOut }
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)

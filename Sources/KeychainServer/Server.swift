@@ -320,7 +320,7 @@ public final class KeychainServer: LifecycleService, Sendable {
             state.shuttingDown = true
             // Reads are woken; a connection mid-call still gets its response written before
             // its thread sees the shutdown.
-            for socket in state.connections.values { Glibc.shutdown(socket.fd, Int32(SHUT_RD)) }
+            for socket in state.connections.values { socket.shutdownReading() }
             return (true, state.refusals.flush())
         }
         guard first else { return }

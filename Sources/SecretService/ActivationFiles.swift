@@ -39,8 +39,9 @@ public struct ActivationFiles {
 
     /// The text of one activation file. An installed bridge's shipped file names the systemd
     /// user unit (so systemd starts it, in its sandbox); a bridge from a build directory, or one
-    /// told which socket to use, is started by the bus itself with that socket.
-    func contents(of file: String, socket: String?) throws(KeychainError) -> String {
+    /// told which socket to use, is started by the bus itself with that socket (and the uid it
+    /// trusts, if one was named: the bus does not pass on this shell's environment).
+    func contents(of file: String, socket: String?, trustedUID: UInt32? = nil) throws(KeychainError) -> String {
         if socket == nil, let shippedDirectory,
            let text = try? String(contentsOfFile: shippedDirectory + "/" + file, encoding: .utf8) {
             return text
@@ -51,13 +52,13 @@ public struct ActivationFiles {
         for path in [executable] + (socket.map { [$0] } ?? []) where path.contains(where: { " \t\n\"'\\%".contains($0) }) {
             throw KeychainError(.param, "\(path) holds a character an activation file's Exec= line cannot carry")
         }
-        let exec = executable + (socket.map { " --socket " + $0 } ?? "")
+        let exec = executable + (socket.map { " --socket " + $0 } ?? "") + (trustedUID.map { " --trust-uid \($0)" } ?? "")
         return "# Written by keychain-secret-service --enable; removed by --disable.\n[D-BUS Service]\nName=\(name)\nExec=\(exec)\n"
     }
 
     /// Writes both files (atomically, through a temporary file in the same directory; 0600, as
     /// the bus that reads them runs as this user); the paths written.
-    public func enable(socket: String?) throws(KeychainError) -> [String] {
+    public func enable(socket: String?, trustedUID: UInt32? = nil) throws(KeychainError) -> [String] {
         if let socket, !socket.hasPrefix("/") {
             throw KeychainError(.param, "--socket for an activation file must be an absolute path")
         }
@@ -65,7 +66,7 @@ public struct ActivationFiles {
         var written: [String] = []
         for file in [Self.secretsFile, Self.portalFile] {
             let path = userDirectory + "/" + file
-            let bytes = Array(try contents(of: file, socket: socket).utf8)
+            let bytes = Array(try contents(of: file, socket: socket, trustedUID: trustedUID).utf8)
             let outcome = bytes.withUnsafeBytes { raw in
                 Result { () throws(SystemCallError) in try DurableFile.write(raw, to: path, placement: .replace) }
             }

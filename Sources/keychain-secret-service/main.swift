@@ -117,11 +117,14 @@ struct SecretServiceCommand: ParsableCommand {
             // The bus starts the bridge with its own environment, not this shell's: the file
             // names the socket this shell's clients use, unless that is the default and the
             // installed user unit (which uses the default too) can be started instead.
-            let usesDefault = socket == nil && (environment["KEYCHAIN_SOCKET"] ?? "").isEmpty
+            // A uid to trust goes in as a number: a user name resolved now, refused now if unknown.
+            let trusted = try ServerTrust.resolve(trustUID).named
+            let usesDefault = socket == nil && (environment["KEYCHAIN_SOCKET"] ?? "").isEmpty && trusted == nil
             let written: String? = usesDefault && files.shippedDirectory != nil ? nil : KeychainConnection(socketPath: socket).socketPath
-            for path in try files.enable(socket: written) { print("wrote \(path)") }
+            for path in try files.enable(socket: written, trustedUID: trusted) { print("wrote \(path)") }
             if let written {
-                print("the session bus starts \(executable) --socket \(written) when a client first asks for \(SecretServiceBridge.busName)")
+                let trusting = trusted.map { " --trust-uid \($0)" } ?? ""
+                print("the session bus starts \(executable) --socket \(written)\(trusting) when a client first asks for \(SecretServiceBridge.busName)")
             } else {
                 print("the session bus starts the systemd user unit keychain-secret-service.service (keychaind's default socket) when a client first asks for \(SecretServiceBridge.busName)")
                 // The user manager may not have read the unit yet (dpkg reloads the system manager only).

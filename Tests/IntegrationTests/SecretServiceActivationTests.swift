@@ -55,6 +55,24 @@ struct SecretServiceActivationTests {
         #expect(try bridgeCommand(["--disable"], dataHome: dataHome).text.contains("nothing to remove"))
     }
 
+    @Test func enableWritesTheTrustedUIDIntoTheExecLineAsANumber() throws {
+        let daemon = try RunningDaemon(start: false)
+        let dataHome = daemon.root + "/data"
+        // A user name is resolved here, so the bus's Exec= line carries digits only.
+        let enabled = try bridgeCommand(["--enable", "--socket", daemon.socketPath, "--trust-uid", "root"], dataHome: dataHome)
+        #expect(enabled.status == 0, "\(enabled.stderr)")
+        let written = try String(contentsOfFile: dataHome + "/dbus-1/services/org.freedesktop.secrets.service", encoding: .utf8)
+        #expect(written.contains("\nExec=\(Self.bridge) --socket \(daemon.socketPath) --trust-uid 0\n"), "\(written)")
+    }
+
+    @Test func enableRefusesATrustedUserThatDoesNotExist() throws {
+        let daemon = try RunningDaemon(start: false)
+        let dataHome = daemon.root + "/data"
+        let enabled = try bridgeCommand(["--enable", "--socket", daemon.socketPath, "--trust-uid", "no-such-user-here"], dataHome: dataHome)
+        #expect(enabled.status != 0 && enabled.stderr.contains("neither a numeric uid nor a user"), "\(enabled.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: dataHome + "/dbus-1/services/org.freedesktop.secrets.service"))
+    }
+
     @Test func enableRefusesASocketPathTheExecLineCannotCarry() throws {
         let daemon = try RunningDaemon(start: false)
         let dataHome = daemon.root + "/data"

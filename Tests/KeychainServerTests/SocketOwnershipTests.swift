@@ -18,15 +18,17 @@ struct SocketOwnershipTests {
 
     func isOpen(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) != -1 }
 
-    /// Closes a socket, then opens /dev/null until it gets the socket's old number (another
-    /// test's thread may take it first: then with a new socket), and hands both to `body`.
-    func closedSocketAndItsNumberReopened(_ body: (inout UnixSocket?, Int32) throws -> Void) throws {
+    /// Closes a socket, then opens /dev/null (or what `reopen` opens) until it gets the
+    /// socket's old number (another test's thread may take it first: then with a new socket),
+    /// and hands both to `body`.
+    func closedSocketAndItsNumberReopened(by reopen: () -> Int32 = { open("/dev/null", O_RDONLY | O_CLOEXEC) },
+                                          _ body: (inout UnixSocket?, Int32) throws -> Void) throws {
         for _ in 0..<100 {
             let (socket, peer) = try pair()
             defer { close(peer) }
             let number = socket.fd
             socket.close()
-            let reopened = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            let reopened = reopen()
             guard reopened == number else {
                 if reopened >= 0 { close(reopened) }
                 continue
@@ -50,6 +52,49 @@ struct SocketOwnershipTests {
         try closedSocketAndItsNumberReopened { socket, reopened in
             socket = nil
             #expect(isOpen(reopened))
+        }
+    }
+
+    /// Another connection's socket pair: what a closed number is given to next in the daemon.
+    func otherConnection() throws -> (Int32, Int32) {
+        var fds: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
+        return (fds[0], fds[1])
+    }
+
+    @Test func aWriteAfterCloseIsRefusedAndSendsNothingOnTheNumbersNewConnection() throws {
+        let (other, otherPeer) = try otherConnection()
+        defer { close(other); close(otherPeer) }
+        try closedSocketAndItsNumberReopened(by: { dup(other) }) { socket, _ in
+            #expect(throws: SocketFailure.closedHere) { try socket!.writeAll([0x41]) }
+            var byte: UInt8 = 0
+            #expect(recv(otherPeer, &byte, 1, Int32(MSG_DONTWAIT)) == -1, "the write reached the other connection")
+        }
+    }
+
+    @Test func aReceiveAfterCloseIsRefusedAndReadsNothingOfTheNumbersNewConnection() throws {
+        let (other, otherPeer) = try otherConnection()
+        defer { close(other); close(otherPeer) }
+        var byte: UInt8 = 0x42
+        #expect(send(otherPeer, &byte, 1, 0) == 1)
+        try closedSocketAndItsNumberReopened(by: { dup(other) }) { socket, _ in
+            var buffer = [UInt8](repeating: 0, count: 1)
+            #expect(throws: SocketFailure.closedHere) {
+                _ = try buffer.withUnsafeMutableBytes { b in
+                    try socket!.receive(into: b, deadline: MonotonicClock.nanoseconds() + 1_000_000_000)
+                }
+            }
+            #expect(recv(other, &byte, 1, Int32(MSG_DONTWAIT)) == 1, "the receive took the other connection's byte")
+        }
+    }
+
+    @Test func aShutdownAfterCloseLeavesTheNumbersNewConnectionOpen() throws {
+        let (other, otherPeer) = try otherConnection()
+        defer { close(other); close(otherPeer) }
+        try closedSocketAndItsNumberReopened(by: { dup(other) }) { socket, reopened in
+            socket!.shutdownBoth()
+            var byte: UInt8 = 0x43
+            #expect(send(reopened, &byte, 1, Int32(MSG_NOSIGNAL)) == 1, "the shutdown reached the other connection")
         }
     }
 

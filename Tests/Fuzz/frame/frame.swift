@@ -45,6 +45,7 @@ func outcome(_ failure: SocketFailure) -> Outcome {
     switch failure {
     case .badLength(let n): return .badLength(n)
     case .closed: return .closedMidFrame
+    case .closedHere: fatalError("the fuzz target never closes its own socket")
     default: fatalError("unexpected socket failure \(failure)")
     }
 }
