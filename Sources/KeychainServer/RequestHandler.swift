@@ -52,6 +52,8 @@ final class RequestHandler {
             return response
         case .derive(let derivation):
             return finish(derivation, Result { () throws(KeychainError) in try derivation.run() }, from: caller)
+        case .sign(let signature):
+            return Self.signed(signature)
         }
     }
 
@@ -59,6 +61,18 @@ final class RequestHandler {
         case answered(Response)
         /// The call continues with Argon2id, then `finish`.
         case derive(Derivation)
+        /// A signature: its key is out of the store, the signing itself is left to the caller
+        /// (outside the store's lock), then `signed`.
+        case sign(PreparedSignature)
+    }
+
+    /// The answer of a prepared signature: needs nothing of the handler, so it runs anywhere.
+    static func signed(_ signature: PreparedSignature) -> Response {
+        do throws(KeychainError) {
+            return Response(result: .single(.data(SecretBytes(try signature.make()))))
+        } catch {
+            return Response(error: error)
+        }
     }
 
     /// Checks a call and runs it, or, for one that derives a key, checks it (the wrong-passcode
@@ -70,6 +84,9 @@ final class RequestHandler {
         do {
             let scope = try authorize(request, caller: caller, policy: policy)
             if let derivation = try prepare(request) { return .derive(derivation) }
+            if case .keySign(let query, let parameters) = request {
+                return .sign(try store.keys.signature(query, parameters: parameters, scope: scope))
+            }
             return .answered(try perform(request, scope: scope, caller: caller, policy: policy))
         } catch {
             return .answered(Response(error: error))

@@ -12,7 +12,8 @@ import Synchronization
 /// single fsync, so eight clients adding at once pay for about one durable commit, not eight.
 /// A writer whose request a previous holder already committed finds its answer waiting and
 /// returns at once. Every reply is sent only after its commit. A call that runs Argon2id
-/// (unlock, passcode changes, backup, restore) holds the lock before and after it, not during it.
+/// (unlock, passcode changes, backup, restore) holds the lock before and after it, not during
+/// it; a signature holds it to open its key, not to sign.
 ///
 /// Everything mutable sits in a Mutex, so it cannot be touched without its lock.
 final class StoreExecutor: Sendable {
@@ -170,6 +171,7 @@ final class StoreExecutor: Sendable {
             }
             return response
         }
+        if case .keySign = request { return signing(request, from: caller, policy: policy) }
         guard request.writesItems else {
             let response = locked { $0.handle(request, from: caller, policy: policy) }
             if request.isAdministrative { timerWake.signal() }
@@ -220,6 +222,17 @@ final class StoreExecutor: Sendable {
             }
             let outcome = Result { () throws(KeychainError) in try derivation.run() }
             return locked { $0.finish(derivation, outcome, from: caller) }
+        }
+    }
+
+    /// A signature holds the lock only to find and open its key; the signing, the one costly
+    /// step, runs on the caller's thread alongside other calls, so signers use every core.
+    private func signing(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
+        switch store.withLock({ $0.handler?.begin(request, from: caller, policy: policy) }) {
+        case .sign(let signature)?: return RequestHandler.signed(signature)
+        case .answered(let response)?: return response
+        case .derive?: return Response(error: KeychainError(.internal, "a signature asked for a key derivation"))
+        case nil: return Self.stopping
         }
     }
 

@@ -60,10 +60,17 @@ public struct KeyStore {
 
     /// Needs the key's sign flag.
     public func sign(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
+        try signature(query, parameters: parameters, scope: scope).make()
+    }
+
+    /// The key and the checked parameters of a signature, without making it: the daemon takes
+    /// the key out under the store's lock and signs outside it, so concurrent signers use
+    /// every core. Needs the key's sign flag.
+    public func signature(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedSignature {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.signingAlgorithm()
         let data = try call.bytes("data")
-        return try privateKey(query, usage: "sign", scope: scope).sign(data, algorithm: algorithm)
+        return PreparedSignature(key: try privateKey(query, usage: "sign", scope: scope), data: data, algorithm: algorithm)
     }
 
     /// Needs no flag: verification uses only the public key, which anyone may have.
@@ -159,6 +166,17 @@ public struct KeyStore {
             throw KeychainError(.param, "algorithm not supported by the key: it is not a \(type.rawValue) key")
         }
     }
+}
+
+/// A signature whose key has been found and opened, to be made later, on any thread. The key's
+/// bytes stay in `SecretBytes` (wiped when the last copy goes), so carrying it out of the lock
+/// leaves nothing in freed memory.
+public struct PreparedSignature: Sendable {
+    let key: PrivateKey
+    let data: [UInt8]
+    let algorithm: KeySigningAlgorithm
+
+    public func make() throws(KeychainError) -> [UInt8] { try key.sign(data, algorithm: algorithm) }
 }
 
 /// The parameters dictionary of a key call (docs/protocol.md): named values, checked here.
