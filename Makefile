@@ -1,7 +1,7 @@
 # The two commands of README.md: `make run` and `make test`. Both install what they need.
 SWIFT ?= swift
 
-.PHONY: deps build run test fuzz bench clean man install install-files uninstall deb check-package
+.PHONY: deps build run test fuzz bench clean man install install-files uninstall deb check-package pkcs11
 
 # Where `make install` puts things; DESTDIR stages them (packaging). Units go to
 # PREFIX/lib/systemd (systemd reads /usr/local/lib/systemd too); the config goes to
@@ -22,6 +22,10 @@ FISHCOMPDIR = $(PREFIX)/share/fish/vendor_completions.d
 # D-Bus and xdg-desktop-portal search, because gnome-keyring owns the same names there;
 # `keychain-secret-service --enable` copies them into the user's own directories.
 SHAREDIR = $(PREFIX)/share/keychaind
+# The PKCS#11 module, and its p11-kit registration (a .module file naming it by absolute path):
+# p11-kit reads /etc/pkcs11/modules whatever the prefix; the .deb uses /usr/share/p11-kit/modules.
+PKCS11DIR = $(PREFIX)/lib/pkcs11
+P11KITMODULEDIR ?= $(SYSCONFDIR)/pkcs11/modules
 PRODUCTS = keychaind keychain git-credential-keychain keychain-secret-service
 # The Swift runtime is linked in, so the executables run where no Swift toolchain is.
 SWIFT_BUILD_FLAGS = -c $(CONFIGURATION) --static-swift-stdlib
@@ -31,6 +35,17 @@ MANPAGES = $(patsubst man/%.scd,$(GENERATED)/man/%,$(wildcard man/*.scd))
 
 deps:
 	@scripts/install-deps
+
+# The PKCS#11 module (docs/pkcs11.md): C against p11-kit's pkcs11.h, no language runtime, since
+# p11-kit loads it into every consumer.
+CC ?= cc
+PKCS11_MODULE = .build/pkcs11/libkeychaind-pkcs11.so
+PKCS11_CFLAGS = -std=c11 -O2 -g -Wall -Wextra -Wno-unused-parameter -fPIC -fvisibility=hidden \
+	-D_FORTIFY_SOURCE=2 -fstack-protector-strong $(shell pkg-config --cflags p11-kit-1)
+pkcs11: $(PKCS11_MODULE)
+$(PKCS11_MODULE): $(wildcard pkcs11/*.c pkcs11/*.h pkcs11/*.inc)
+	@mkdir -p $(dir $@)
+	$(CC) $(PKCS11_CFLAGS) -shared -Wl,-z,relro,-z,now -Wl,--no-undefined -o $@ pkcs11/module.c pkcs11/wire.c -lpthread
 
 build: deps
 	$(SWIFT) build
@@ -91,6 +106,11 @@ install-files:
 		$(DESTDIR)$(SYSCONFDIR)/keychaind $(DESTDIR)$(DOCDIR) $(DESTDIR)$(BASHCOMPDIR) \
 		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0755 $(addprefix $(BUILT)/,$(PRODUCTS)) $(DESTDIR)$(BINDIR)/
+	$(MAKE) --no-print-directory pkcs11
+	install -d $(DESTDIR)$(PKCS11DIR) $(DESTDIR)$(P11KITMODULEDIR)
+	install -m 0644 $(PKCS11_MODULE) $(DESTDIR)$(PKCS11DIR)/
+	printf 'module: %s\ncritical: no\n' $(PKCS11DIR)/libkeychaind-pkcs11.so > $(DESTDIR)$(P11KITMODULEDIR)/keychaind.module
+	chmod 0644 $(DESTDIR)$(P11KITMODULEDIR)/keychaind.module
 	for unit in Config/systemd/system/*; do \
 		$(SUBSTITUTE) $$unit > $(DESTDIR)$(UNITDIR)/$$(basename $$unit) && chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
 	for unit in Config/systemd/user/*; do \
@@ -112,6 +132,7 @@ install-files:
 # Removes what install put there, except the config file (it may hold local changes).
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PRODUCTS))
+	rm -f $(DESTDIR)$(PKCS11DIR)/libkeychaind-pkcs11.so $(DESTDIR)$(P11KITMODULEDIR)/keychaind.module
 	rm -rf $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SHAREDIR)
 	for unit in Config/systemd/system/*; do rm -f $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
 	for unit in Config/systemd/user/*; do rm -f $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done

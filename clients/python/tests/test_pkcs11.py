@@ -1,0 +1,518 @@
+"""libkeychaind-pkcs11.so (docs/pkcs11.md) through real PKCS#11 consumers: OpenSC's pkcs11-tool,
+with SoftHSM2 as the yardstick for the same list (a test SoftHSM2 fails is a bad test), OpenSSL's
+pkcs11 engine in a mutual-TLS handshake, and, through ctypes, what the tools cannot show:
+the lock, fork, C_Initialize's silence and a hostile answer."""
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+from keychaind_client import Connection, Key, KeyType
+
+crypto = pytest.importorskip("cryptography", reason="scripts/test-python installs cryptography from PyPI")
+
+from cryptography import x509  # noqa: E402
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, utils  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+import datetime  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+MODULE = os.environ.get("KEYCHAIND_PKCS11", os.path.join(ROOT, ".build", "pkcs11", "libkeychaind-pkcs11.so"))
+SOFTHSM = "/usr/lib/softhsm/libsofthsm2.so"
+ENGINE = "/usr/lib/x86_64-linux-gnu/engines-3/pkcs11.so"
+PIN = "1234"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def built_module():
+    """The module as `make pkcs11` builds it (make test runs it through scripts/test-python)."""
+    subprocess.run(["make", "-s", "-C", ROOT, "pkcs11"], check=True)
+    assert os.path.exists(MODULE)
+
+
+# MARK: the two tokens the same tests run against
+
+class KeychaindToken:
+    name = "keychaind"
+
+    def __init__(self, daemon):
+        self.daemon = daemon
+        self.module = MODULE
+        self.env = dict(os.environ, KEYCHAIN_SOCKET=daemon.socket)
+
+
+class SoftHSMToken:
+    name = "softhsm"
+
+    def __init__(self, root):
+        tokens = os.path.join(root, "tokens")
+        os.mkdir(tokens)
+        conf = os.path.join(root, "softhsm2.conf")
+        with open(conf, "w") as f:
+            f.write("directories.tokendir = %s\nobjectstore.backend = file\nlog.level = ERROR\n" % tokens)
+        self.module = SOFTHSM
+        self.env = dict(os.environ, SOFTHSM2_CONF=conf)
+        subprocess.run(["softhsm2-util", "--init-token", "--free", "--label", "yardstick", "--pin", PIN,
+                        "--so-pin", "5678"], env=self.env, check=True, capture_output=True)
+
+
+@pytest.fixture(params=["keychaind", "softhsm"])
+def token(request, daemon):
+    if request.param == "keychaind":
+        yield KeychaindToken(daemon)
+    else:
+        root = tempfile.mkdtemp(prefix="kcp11.", dir="/tmp")
+        try:
+            yield SoftHSMToken(root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def tool(token, *args, check=True):
+    # A PIN for SoftHSM2; keychaind's C_Login takes it and never uses it as the passcode.
+    result = subprocess.run(["pkcs11-tool", "--module", token.module, "--login", "--pin", PIN] + list(args),
+                            env=token.env, capture_output=True, timeout=60)
+    if check:
+        assert result.returncode == 0, result.stderr.decode(errors="replace")
+    return result
+
+
+def id_of(token, label):
+    """The CKA_ID of the key labelled so, from --list-objects: keychaind's is the key's klbl,
+    which no template chooses, and pkcs11-tool --sign finds its key by ID, not by label."""
+    blocks = tool(token, "--list-objects", "--type", "privkey").stdout.decode().split("Private Key Object")
+    for block in blocks:
+        lines = [line.strip() for line in block.splitlines()]
+        if "label:      " + label in lines:
+            return [line.split(":", 1)[1].strip() for line in lines if line.startswith("ID:")][0]
+    raise AssertionError("no key labelled %s" % label)
+
+
+def public_key(token, label, root):
+    path = os.path.join(root, "pub.der")
+    tool(token, "--read-object", "--type", "pubkey", "--id", id_of(token, label), "-o", path)
+    with open(path, "rb") as f:
+        return serialization.load_der_public_key(f.read())
+
+
+@pytest.fixture
+def scratch():
+    root = tempfile.mkdtemp(prefix="kcp11.", dir="/tmp")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+# MARK: pkcs11-tool, against keychaind and SoftHSM2
+
+def test_keypairgen_makes_a_p256_key_that_list_objects_shows(token):
+    tool(token, "--keypairgen", "--key-type", "EC:prime256v1", "--label", "web-tls")
+    listing = tool(token, "--list-objects").stdout.decode()
+    assert "Private Key Object; EC" in listing and "Public Key Object; EC" in listing
+    assert "label:      web-tls" in listing
+
+
+@pytest.fixture
+def keychaind_token(daemon):
+    return KeychaindToken(daemon)
+
+
+# keychaind only: SoftHSM2 2.6 offers CKM_ECDSA but not CKM_ECDSA_SHA256.
+def test_a_p256_signature_of_a_message_from_pkcs11_tool_verifies(keychaind_token, scratch):
+    token = keychaind_token
+    tool(token, "--keypairgen", "--key-type", "EC:prime256v1", "--label", "signer", "--id", "01")
+    message = os.path.join(scratch, "message")
+    with open(message, "wb") as f:
+        f.write(b"sign me, through PKCS#11")
+    signature = os.path.join(scratch, "sig")
+    tool(token, "--sign", "--mechanism", "ECDSA-SHA256", "--id", id_of(token, "signer"), "-i", message, "-o", signature)
+    with open(signature, "rb") as f:
+        raw = f.read()
+    assert len(raw) == 64  # r || s, as PKCS#11 gives ECDSA signatures
+    der = utils.encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+    public_key(token, "signer", scratch).verify(der, b"sign me, through PKCS#11", ec.ECDSA(hashes.SHA256()))
+
+
+def test_an_ecdsa_signature_of_a_digest_verifies(token, scratch):
+    tool(token, "--keypairgen", "--key-type", "EC:prime256v1", "--label", "digest-signer", "--id", "02")
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(b"hashed elsewhere")
+    value = digest.finalize()
+    path = os.path.join(scratch, "digest")
+    with open(path, "wb") as f:
+        f.write(value)
+    signature = os.path.join(scratch, "sig")
+    tool(token, "--sign", "--mechanism", "ECDSA", "--id", id_of(token, "digest-signer"), "-i", path, "-o", signature)
+    raw = open(signature, "rb").read()
+    der = utils.encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+    public_key(token, "digest-signer", scratch).verify(der, value, ec.ECDSA(utils.Prehashed(hashes.SHA256())))
+
+
+def test_an_ed25519_signature_from_pkcs11_tool_verifies(token, scratch):
+    tool(token, "--keypairgen", "--key-type", "EC:edwards25519", "--label", "ed", "--id", "03")
+    message = os.path.join(scratch, "message")
+    with open(message, "wb") as f:
+        f.write(b"an Ed25519 message")
+    signature = os.path.join(scratch, "sig")
+    key_id = id_of(token, "ed")
+    tool(token, "--sign", "--mechanism", "EDDSA", "--id", key_id, "-i", message, "-o", signature)
+    raw = open(signature, "rb").read()
+    assert len(raw) == 64
+    # The public key from the token's CKA_EC_POINT: a DER OCTET STRING of the 32 bytes.
+    listing = tool(token, "--list-objects", "--type", "pubkey", "--id", key_id).stdout.decode()
+    blob = bytes.fromhex([line.split(":", 1)[1].split()[0] for line in listing.splitlines() if "EC_POINT:" in line][0])
+    assert blob[:2] == b"\x04\x20"
+    ed25519.Ed25519PublicKey.from_public_bytes(blob[2:]).verify(raw, b"an Ed25519 message")
+
+
+# MARK: keychaind's own rules, through pkcs11-tool
+
+def keychaind_tool(daemon, *args, env=None):
+    return subprocess.run(["pkcs11-tool", "--module", MODULE] + list(args), capture_output=True, timeout=60,
+                          env=dict(env or os.environ, KEYCHAIN_SOCKET=daemon.socket))
+
+
+def test_a_key_keychain_made_is_listed_with_its_klbl_as_id_and_its_certificate_beside_it(daemon, conn):
+    key = Key.generate(conn, KeyType.P256, "mtls")
+    conn.add({"class": "cert", "v_Data": certificate_for(key.public_key, "client.example"), "labl": "mtls"})
+    listing = keychaind_tool(daemon, "--list-objects").stdout.decode()
+    klbl = key.attributes["klbl"].hex()
+    assert listing.count("ID:         " + klbl) == 3, listing  # private key, public key, certificate
+    assert "Certificate Object; type = X.509 cert" in listing
+    assert "subject:    DN: CN=client.example" in listing
+
+
+def test_a_private_keys_value_is_sensitive_even_when_keychain_would_let_it_out(daemon, conn, monkeypatch):
+    Key.generate(conn, KeyType.P256, "sealed", extractable=True)
+    monkeypatch.setenv("KEYCHAIN_SOCKET", daemon.socket)
+    p11 = Cryptoki()
+    assert p11.initialize() == CKR_OK
+    try:
+        _, session = p11.open()
+        [key] = p11.private_key(session, "sealed")
+        value = Attribute(CKA_VALUE, None, 0)
+        assert p11.lib.C_GetAttributeValue(ctypes.c_ulong(session), ctypes.c_ulong(key), ctypes.byref(value), ctypes.c_ulong(1)) == CKR_ATTRIBUTE_SENSITIVE
+        assert value.length == ctypes.c_ulong(-1).value  # CK_UNAVAILABLE_INFORMATION
+    finally:
+        p11.C_Finalize(None)
+
+
+def test_no_daemon_is_an_empty_slot_and_not_an_error():
+    result = subprocess.run(["pkcs11-tool", "--module", MODULE, "--list-slots"], capture_output=True, timeout=30,
+                            env=dict(os.environ, KEYCHAIN_SOCKET="/tmp/no-keychaind-here.sock"))
+    assert result.returncode == 0
+    assert b"(empty)" in result.stdout
+
+
+def test_another_apps_key_is_not_found(start_daemon):
+    python = os.path.realpath(sys.executable)
+    tool_path = os.path.realpath(shutil.which("pkcs11-tool"))
+    d = start_daemon('[[app]]\nid = "a"\nuids = [%d]\nexecutables = ["%s"]\ngroups = ["a"]\n'
+                     '[[app]]\nid = "b"\nuids = [%d]\nexecutables = ["%s"]\ngroups = ["b"]\n'
+                     % (os.getuid(), python, os.getuid(), tool_path))
+    c = Connection(d.socket)
+    try:
+        Key.generate(c, KeyType.P256, "a-only")
+    finally:
+        c.close()
+    listing = keychaind_tool(d, "--list-objects")
+    assert listing.returncode == 0
+    assert b"a-only" not in listing.stdout
+    made = keychaind_tool(d, "--keypairgen", "--key-type", "EC:prime256v1", "--label", "b-own")
+    assert made.returncode == 0, made.stderr
+    assert b"b-own" in keychaind_tool(d, "--list-objects").stdout
+
+
+# MARK: OpenSSL: a mutual-TLS handshake whose client key is in keychaind
+
+def certificate_for(point, name, issuer_key=None, issuer_name=None, dns=None):
+    public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), point)
+    issuer_key = issuer_key or ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (x509.CertificateBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+               .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer_name or "test CA")]))
+               .public_key(public).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1)))
+    if dns:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(dns)]), critical=False)
+    if name == issuer_name:  # the CA
+        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    return builder.sign(issuer_key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+
+
+def test_openssl_s_client_and_curl_complete_mutual_tls_with_a_key_keychaind_made(daemon, conn, scratch):
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_point = ca_key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    ca = x509.load_der_x509_certificate(certificate_for(ca_point, "test CA", ca_key, "test CA"))
+    write = lambda name, data: open(os.path.join(scratch, name), "wb").write(data) and os.path.join(scratch, name)
+    ca_pem = write("ca.pem", ca.public_bytes(serialization.Encoding.PEM))
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server_point = server_key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    server_pem = write("server.pem", x509.load_der_x509_certificate(certificate_for(server_point, "localhost", ca_key, dns="localhost")).public_bytes(serialization.Encoding.PEM))
+    server_key_pem = write("server.key", server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    key = Key.generate(conn, KeyType.P256, "client-tls")
+    client_der = certificate_for(key.public_key, "client.example", ca_key)
+    conn.add({"class": "cert", "v_Data": client_der, "labl": "client-tls"})
+    client_pem = write("client.pem", x509.load_der_x509_certificate(client_der).public_bytes(serialization.Encoding.PEM))
+    config = write("openssl.cnf", ("openssl_conf = init\n[init]\nengines = engines\n[engines]\npkcs11 = pkcs11\n"
+                                   "[pkcs11]\nengine_id = pkcs11\ndynamic_path = %s\nMODULE_PATH = %s\n"
+                                   % (ENGINE, MODULE)).encode())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(["openssl", "s_server", "-accept", "127.0.0.1:%d" % port, "-cert", server_pem, "-key", server_key_pem,
+                               "-CAfile", ca_pem, "-Verify", "1", "-verify_return_error", "-www"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(0.5)
+        env = dict(os.environ, KEYCHAIN_SOCKET=daemon.socket, OPENSSL_CONF=config)
+        client = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port, "-CAfile", ca_pem,
+                                 "-engine", "pkcs11", "-keyform", "engine", "-key", "pkcs11:token=keychaind;object=client-tls;type=private",
+                                 "-cert", client_pem, "-verify_return_error", "-brief"],
+                                input=b"GET / HTTP/1.0\r\n\r\n", capture_output=True, env=env, timeout=60)
+        output = (client.stdout + client.stderr).decode(errors="replace")
+        assert client.returncode == 0, output
+        assert "Peer certificate: CN = localhost" in output or "CONNECTION ESTABLISHED" in output, output
+        # curl, the issue's "done when": the same key through the engine form of --key.
+        fetched = subprocess.run(["curl", "--silent", "--show-error", "--cacert", ca_pem, "--engine", "pkcs11", "--key-type", "ENG",
+                                  "--key", "pkcs11:token=keychaind;object=client-tls;type=private", "--cert", client_pem,
+                                  "https://localhost:%d/" % port, "--resolve", "localhost:%d:127.0.0.1" % port],
+                                 capture_output=True, env=env, timeout=60)
+        assert fetched.returncode == 0, fetched.stderr
+        assert b"client.example" in fetched.stdout or b"Ciphers" in fetched.stdout, fetched.stdout
+    finally:
+        server.terminate()
+        seen = server.communicate(timeout=10)[0].decode(errors="replace")
+    # The server verified the client's certificate (-Verify with -verify_return_error), whose
+    # only private key is in keychaind: the handshake's CertificateVerify was signed there.
+    assert "CN = client.example" in seen, seen
+
+
+# MARK: through ctypes: what no tool shows
+
+CKR_OK, CKR_USER_NOT_LOGGED_IN, CKR_CRYPTOKI_NOT_INITIALIZED = 0, 0x101, 0x190
+CKF_SERIAL_SESSION = 4
+CKA_CLASS, CKA_LABEL, CKA_VALUE = 0, 3, 0x11
+CKR_ATTRIBUTE_SENSITIVE = 0x11
+CKO_PRIVATE_KEY = 3
+CKM_ECDSA_SHA256 = 0x1044
+NAMES = ("C_Initialize C_Finalize C_GetInfo C_GetFunctionList C_GetSlotList C_GetSlotInfo C_GetTokenInfo "
+         "C_GetMechanismList C_GetMechanismInfo C_InitToken C_InitPIN C_SetPIN C_OpenSession C_CloseSession "
+         "C_CloseAllSessions C_GetSessionInfo C_GetOperationState C_SetOperationState C_Login C_Logout "
+         "C_CreateObject C_CopyObject C_DestroyObject C_GetObjectSize C_GetAttributeValue C_SetAttributeValue "
+         "C_FindObjectsInit C_FindObjects C_FindObjectsFinal").split()
+
+
+class Attribute(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_ulong), ("value", ctypes.c_void_p), ("length", ctypes.c_ulong)]
+
+
+class Mechanism(ctypes.Structure):
+    _fields_ = [("mechanism", ctypes.c_ulong), ("parameter", ctypes.c_void_p), ("length", ctypes.c_ulong)]
+
+
+class Cryptoki:
+    """The module's function list, called as a host does."""
+
+    def __init__(self, path=MODULE):
+        self.lib = ctypes.CDLL(path)
+        self.lib.C_GetFunctionList.argtypes = [ctypes.c_void_p]
+        self.lib.C_GetFunctionList.restype = ctypes.c_ulong
+
+    def __getattr__(self, name):
+        function = getattr(self.lib, name)
+        function.restype = ctypes.c_ulong
+        return function
+
+    def initialize(self):
+        return self.lib.C_Initialize(None)
+
+    def slots(self, present=True):
+        count = ctypes.c_ulong(0)
+        rv = self.lib.C_GetSlotList(ctypes.c_ubyte(1 if present else 0), None, ctypes.byref(count))
+        return rv, count.value
+
+    def open(self):
+        handle = ctypes.c_ulong(0)
+        rv = self.lib.C_OpenSession(ctypes.c_ulong(1), ctypes.c_ulong(CKF_SERIAL_SESSION), None, None, ctypes.byref(handle))
+        return rv, handle.value
+
+    def private_key(self, session, label):
+        cls = ctypes.c_ulong(CKO_PRIVATE_KEY)
+        name = ctypes.create_string_buffer(label.encode(), len(label))
+        template = (Attribute * 2)(Attribute(CKA_CLASS, ctypes.cast(ctypes.byref(cls), ctypes.c_void_p), ctypes.sizeof(cls)),
+                                   Attribute(CKA_LABEL, ctypes.cast(name, ctypes.c_void_p), len(label)))
+        assert self.lib.C_FindObjectsInit(ctypes.c_ulong(session), template, ctypes.c_ulong(2)) == CKR_OK
+        found = (ctypes.c_ulong * 4)()
+        count = ctypes.c_ulong(0)
+        assert self.lib.C_FindObjects(ctypes.c_ulong(session), found, ctypes.c_ulong(4), ctypes.byref(count)) == CKR_OK
+        assert self.lib.C_FindObjectsFinal(ctypes.c_ulong(session)) == CKR_OK
+        return list(found[:count.value])
+
+    def sign(self, session, key, data):
+        mechanism = Mechanism(CKM_ECDSA_SHA256, None, 0)
+        rv = self.lib.C_SignInit(ctypes.c_ulong(session), ctypes.byref(mechanism), ctypes.c_ulong(key))
+        if rv != CKR_OK:
+            return rv, None
+        signature = ctypes.create_string_buffer(64)
+        length = ctypes.c_ulong(64)
+        rv = self.lib.C_Sign(ctypes.c_ulong(session), data, ctypes.c_ulong(len(data)), signature, ctypes.byref(length))
+        return rv, signature.raw[:length.value]
+
+
+def test_a_locked_keychain_refuses_the_same_signature_with_CKR_USER_NOT_LOGGED_IN(daemon, conn, monkeypatch):
+    conn.set_passcode("correct horse")
+    Key.generate(conn, KeyType.P256, "locked-key")
+    monkeypatch.setenv("KEYCHAIN_SOCKET", daemon.socket)
+    p11 = Cryptoki()
+    assert p11.initialize() == CKR_OK
+    try:
+        rv, session = p11.open()
+        assert rv == CKR_OK
+        [key] = p11.private_key(session, "locked-key")
+        rv, signature = p11.sign(session, key, b"before the lock")
+        assert rv == CKR_OK and len(signature) == 64
+        conn.lock()  # lock_grace_seconds = 0: the when-unlocked class key goes at once
+        assert p11.sign(session, key, b"after the lock")[0] == CKR_USER_NOT_LOGGED_IN
+        conn.unlock("correct horse")
+        assert p11.sign(session, key, b"unlocked again")[0] == CKR_OK
+    finally:
+        p11.C_Finalize(None)
+
+
+def test_a_forked_child_must_initialize_again_and_never_uses_its_parents_connection(daemon, conn, monkeypatch):
+    Key.generate(conn, KeyType.P256, "forked")
+    monkeypatch.setenv("KEYCHAIN_SOCKET", daemon.socket)
+    p11 = Cryptoki()
+    assert p11.initialize() == CKR_OK
+    try:
+        rv, session = p11.open()
+        [key] = p11.private_key(session, "forked")
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                if p11.open()[0] != CKR_CRYPTOKI_NOT_INITIALIZED: code |= 1
+                if p11.sign(session, key, b"child")[0] != CKR_CRYPTOKI_NOT_INITIALIZED: code |= 2
+                if p11.initialize() != CKR_OK: code |= 4
+                rv, own = p11.open()
+                [child_key] = p11.private_key(own, "forked")
+                for _ in range(20):
+                    if p11.sign(own, child_key, b"child")[0] != CKR_OK: code |= 8
+            except BaseException:
+                code |= 16
+            os._exit(code)
+        # The parent signs on its own connection meanwhile: answers never cross.
+        for _ in range(20):
+            rv, signature = p11.sign(session, key, b"parent")
+            assert rv == CKR_OK and len(signature) == 64
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+    finally:
+        p11.C_Finalize(None)
+
+
+class FakeDaemon:
+    """A socket that records what the module sends and answers with `answer(request)`."""
+
+    def __init__(self, answer):
+        self.root = tempfile.mkdtemp(prefix="kcp11f.", dir="/tmp")
+        self.path = os.path.join(self.root, "s.sock")
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(16)
+        self.accepted = 0
+        self.received = b""
+        self.answer = answer
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self.talk, args=(c,), daemon=True).start()
+
+    def talk(self, c):
+        with c:
+            while True:
+                head = c.recv(4, socket.MSG_WAITALL)
+                if len(head) < 4:
+                    return
+                body = c.recv(struct.unpack("<I", head)[0], socket.MSG_WAITALL)
+                self.received += head + body
+                c.sendall(self.answer(body))
+
+    def close(self):
+        self.server.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def unlocked_status(_request):
+    value = b"unlocked"
+    entry = struct.pack("<H", 5) + b"state" + b"\x01" + struct.pack("<I", len(value)) + value
+    payload = b"\x01" + struct.pack("<i", 0) + struct.pack("<I", 0) + b"\x01" + b"\x03" + struct.pack("<I", 1) + entry
+    return struct.pack("<I", len(payload)) + payload
+
+
+def test_c_initialize_never_connects_and_the_first_slot_call_does(monkeypatch):
+    fake = FakeDaemon(unlocked_status)
+    try:
+        monkeypatch.setenv("KEYCHAIN_SOCKET", fake.path)
+        p11 = Cryptoki()
+        assert p11.initialize() == CKR_OK
+        time.sleep(0.2)
+        assert fake.accepted == 0
+        assert p11.slots() == (CKR_OK, 1)
+        assert fake.accepted >= 1
+        p11.C_Finalize(None)
+    finally:
+        fake.close()
+
+
+def test_a_pin_given_to_c_login_never_reaches_the_socket(monkeypatch):
+    fake = FakeDaemon(unlocked_status)
+    try:
+        monkeypatch.setenv("KEYCHAIN_SOCKET", fake.path)
+        p11 = Cryptoki()
+        assert p11.initialize() == CKR_OK
+        rv, session = p11.open()
+        assert rv == CKR_OK
+        pin = b"pin-that-is-not-the-passcode"
+        assert p11.lib.C_Login(ctypes.c_ulong(session), ctypes.c_ulong(1), pin, ctypes.c_ulong(len(pin))) == CKR_OK
+        assert pin not in fake.received
+        p11.C_Finalize(None)
+    finally:
+        fake.close()
+
+
+@pytest.mark.parametrize("answer", [
+    struct.pack("<I", 0xFFFFFFFF),                                    # a length over any limit
+    struct.pack("<I", 16) + b"\x01" + b"\x00" * 15,                   # a frame too short for its parts
+    struct.pack("<I", 14) + b"\x01\x00\x00\x00\x00" + struct.pack("<I", 0xFFFFFF00) + b"\x01\x03\x00\x00",  # a message past the end
+], ids=["huge-length", "truncated", "message-past-the-end"])
+def test_a_hostile_answer_is_no_token_and_no_crash(answer):
+    fake = FakeDaemon(lambda _request: answer)
+    try:
+        # In a process of its own: a crash there fails this test instead of ending the run.
+        result = subprocess.run([sys.executable, "-c", "import test_pkcs11 as t\np = t.Cryptoki(); assert p.initialize() == 0\n"
+                                 "print(p.slots())"], capture_output=True, timeout=60,
+                                env=dict(os.environ, PYTHONPATH=HERE, KEYCHAIN_SOCKET=fake.path))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == b"(0, 0)"
+    finally:
+        fake.close()
