@@ -176,6 +176,16 @@ def test_an_ed25519_signature_from_pkcs11_tool_verifies(token, scratch):
     ed25519.Ed25519PublicKey.from_public_bytes(blob[2:]).verify(raw, b"an Ed25519 message")
 
 
+def test_p11tool_lists_the_key_pair_with_its_pkcs11_uris(token):
+    tool(token, "--keypairgen", "--key-type", "EC:prime256v1", "--label", "gnutls", "--id", "04")
+    listing = subprocess.run(["p11tool", "--provider", token.module, "--login", "--list-all"], capture_output=True,
+                             timeout=60, env=dict(token.env, GNUTLS_PIN=PIN))
+    assert listing.returncode == 0, listing.stderr
+    out = listing.stdout.decode()
+    assert "object=gnutls;type=private" in out and "object=gnutls;type=public" in out
+    assert "Type: Private key (EC/ECDSA-SECP256R1)" in out
+
+
 # MARK: keychaind's own rules, through pkcs11-tool
 
 def keychaind_tool(daemon, *args, env=None):
@@ -232,6 +242,22 @@ def test_another_apps_key_is_not_found(start_daemon):
     made = keychaind_tool(d, "--keypairgen", "--key-type", "EC:prime256v1", "--label", "b-own")
     assert made.returncode == 0, made.stderr
     assert b"b-own" in keychaind_tool(d, "--list-objects").stdout
+
+
+def test_nss_lists_the_certificate_and_its_key_once_modutil_adds_the_module(daemon, conn, scratch):
+    key = Key.generate(conn, KeyType.P256, "browser")
+    conn.add({"class": "cert", "v_Data": certificate_for(key.public_key, "browser.example"), "labl": "browser"})
+    nss = "sql:" + scratch
+    env = dict(os.environ, KEYCHAIN_SOCKET=daemon.socket)
+    run = lambda *args, **kw: subprocess.run(list(args), capture_output=True, timeout=60, env=env, **kw)
+    assert run("certutil", "-N", "-d", nss, "--empty-password").returncode == 0
+    added = run("modutil", "-dbdir", nss, "-add", "keychaind", "-libfile", MODULE, "-force", input=b"\n")
+    assert added.returncode == 0, added.stdout + added.stderr
+    certificates = run("certutil", "-L", "-h", "all", "-d", nss)
+    assert certificates.returncode == 0, certificates.stderr
+    assert b"keychaind:browser" in certificates.stdout
+    keys = run("certutil", "-K", "-h", "keychaind", "-d", nss)
+    assert key.attributes["klbl"].hex().encode() in keys.stdout, keys.stdout + keys.stderr
 
 
 # MARK: OpenSSL: a mutual-TLS handshake whose client key is in keychaind
@@ -516,3 +542,97 @@ def test_a_hostile_answer_is_no_token_and_no_crash(answer):
         assert result.stdout.strip() == b"(0, 0)"
     finally:
         fake.close()
+
+
+class EcdhParameters(ctypes.Structure):
+    _fields_ = [("kdf", ctypes.c_ulong), ("shared_length", ctypes.c_ulong), ("shared", ctypes.c_void_p),
+                ("public_length", ctypes.c_ulong), ("public", ctypes.c_void_p)]
+
+
+def test_ecdh1_derive_gives_the_secret_the_peer_computes(daemon, conn, monkeypatch):
+    key = Key.generate(conn, KeyType.P256, "agree")
+    peer = ec.generate_private_key(ec.SECP256R1())
+    point = peer.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    monkeypatch.setenv("KEYCHAIN_SOCKET", daemon.socket)
+    p11 = Cryptoki()
+    assert p11.initialize() == CKR_OK
+    try:
+        _, session = p11.open()
+        [base] = p11.private_key(session, "agree")
+        data = ctypes.create_string_buffer(point, len(point))
+        parameters = EcdhParameters(1, 0, None, len(point), ctypes.cast(data, ctypes.c_void_p))  # CKD_NULL
+        mechanism = Mechanism(0x1050, ctypes.cast(ctypes.byref(parameters), ctypes.c_void_p), ctypes.sizeof(parameters))
+        derived = ctypes.c_ulong(0)
+        assert p11.lib.C_DeriveKey(ctypes.c_ulong(session), ctypes.byref(mechanism), ctypes.c_ulong(base), None,
+                                   ctypes.c_ulong(0), ctypes.byref(derived)) == CKR_OK
+        value = ctypes.create_string_buffer(64)
+        attribute = Attribute(CKA_VALUE, ctypes.cast(value, ctypes.c_void_p), 64)
+        assert p11.lib.C_GetAttributeValue(ctypes.c_ulong(session), derived, ctypes.byref(attribute), ctypes.c_ulong(1)) == CKR_OK
+        ours = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), key.public_key)
+        assert value.raw[:attribute.length] == peer.exchange(ec.ECDH(), ours)
+        # A peer off the curve is refused, not answered.
+        bad = ctypes.create_string_buffer(b"\x04" + bytes(64), 65)
+        parameters.public = ctypes.cast(bad, ctypes.c_void_p)
+        assert p11.lib.C_DeriveKey(ctypes.c_ulong(session), ctypes.byref(mechanism), ctypes.c_ulong(base), None,
+                                   ctypes.c_ulong(0), ctypes.byref(derived)) == 0x71  # CKR_MECHANISM_PARAM_INVALID
+    finally:
+        p11.C_Finalize(None)
+
+
+# MARK: OpenSSH: ssh -I logs in with a key keychaind made
+
+SSH_USER = "kcsshtest"  # the account the Swift sshd tests use (a shell, no usable password)
+
+
+def start_sshd(directory):
+    """sshd on 127.0.0.1, ready when its log says it listens; another port when one was taken."""
+    for _ in range(5):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(os.path.join(directory, "sshd_config"), "w") as f:
+            f.write("ListenAddress 127.0.0.1\nPort %d\nHostKey %s/host_key\nPidFile %s/sshd.pid\n"
+                    "AuthorizedKeysFile %s/authorized_keys\nAuthenticationMethods publickey\nPubkeyAuthentication yes\n"
+                    "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nAllowUsers %s\n"
+                    % (port, directory, directory, directory, SSH_USER))
+        log = os.path.join(directory, "sshd.log")
+        sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-E", log, "-f", os.path.join(directory, "sshd_config")])
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            text = open(log).read() if os.path.exists(log) else ""
+            if "listening on 127.0.0.1 port %d" % port in text:
+                return sshd, port
+            if sshd.poll() is not None:
+                break
+            time.sleep(0.05)
+        sshd.kill()
+        sshd.wait()
+        if "Address already in use" not in text:
+            raise RuntimeError("sshd did not start: " + text)
+    raise RuntimeError("sshd found each of 5 ports taken")
+
+
+def test_ssh_logs_in_with_the_module_as_its_pkcs11_provider(daemon, conn, scratch):
+    if subprocess.run(["id", SSH_USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", SSH_USER], check=True)
+    subprocess.run(["usermod", "--password", "*", SSH_USER], check=True)
+    os.makedirs("/run/sshd", exist_ok=True)
+    key = Key.generate(conn, KeyType.P256, "ssh-login")
+    public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), key.public_key)
+    line = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(scratch, "host_key")], check=True)
+    with open(os.path.join(scratch, "authorized_keys"), "wb") as f:
+        f.write(line + b"\n")
+    os.chmod(scratch, 0o755)
+    os.chmod(os.path.join(scratch, "authorized_keys"), 0o644)
+    sshd, port = start_sshd(scratch)
+    try:
+        login = subprocess.run(["ssh", "-F", "/dev/null", "-I", MODULE, "-o", "BatchMode=yes", "-o", "IdentityAgent=none",
+                                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                                "-o", "PreferredAuthentications=publickey", "-p", str(port), "%s@127.0.0.1" % SSH_USER,
+                                "echo logged-in-as-$(id -un)"],
+                               capture_output=True, timeout=60, env=dict(os.environ, KEYCHAIN_SOCKET=daemon.socket))
+        assert b"logged-in-as-" + SSH_USER.encode() in login.stdout, login.stderr + open(os.path.join(scratch, "sshd.log"), "rb").read()
+    finally:
+        sshd.terminate()
+        sshd.wait(timeout=10)
