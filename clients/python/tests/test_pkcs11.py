@@ -636,3 +636,41 @@ def test_ssh_logs_in_with_the_module_as_its_pkcs11_provider(daemon, conn, scratc
     finally:
         sshd.terminate()
         sshd.wait(timeout=10)
+
+
+def test_eight_threads_sign_at_once_each_in_its_own_session(daemon, conn, monkeypatch):
+    key = Key.generate(conn, KeyType.P256, "threads")
+    public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), key.public_key)
+    monkeypatch.setenv("KEYCHAIN_SOCKET", daemon.socket)
+    p11 = Cryptoki()
+    assert p11.initialize() == CKR_OK
+    failures = []
+
+    def signer(n):
+        rv, session = p11.open()
+        if rv != CKR_OK:
+            failures.append(("open", rv))
+            return
+        [handle] = p11.private_key(session, "threads")
+        for i in range(25):
+            message = b"thread %d message %d" % (n, i)
+            rv, raw = p11.sign(session, handle, message)
+            if rv != CKR_OK:
+                failures.append(("sign", rv))
+                continue
+            der = utils.encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+            try:
+                public.verify(der, message, ec.ECDSA(hashes.SHA256()))
+            except Exception as error:  # an answer that crossed to another thread's session
+                failures.append(("verify", repr(error)))
+        p11.C_CloseSession(ctypes.c_ulong(session))
+
+    try:
+        threads = [threading.Thread(target=signer, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+    finally:
+        p11.C_Finalize(None)
