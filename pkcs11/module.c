@@ -575,6 +575,7 @@ EXPORT CK_RV C_GetInfo(CK_INFO *info) {
 static int daemon_answers(int *locked) {
     struct wire_connection c;
     if (wire_connect(&c)) return 0;
+    wire_probe(&c);
     struct wire_writer w;
     struct wire_answer a;
     wire_begin(&w, OP_STATUS);

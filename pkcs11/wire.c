@@ -16,6 +16,8 @@
 /* A call to a daemon that serves answers in microseconds; a daemon that does not answer in
  * this long is treated as gone, so the host never hangs on it. */
 #define CALL_TIMEOUT_MS 30000
+/* A probe of whether keychaind is there at all (the slot calls): a host must not wait on it. */
+#define PROBE_TIMEOUT_MS 2000
 #define FRAME_TIMEOUT_MS 10000
 
 void wire_wipe(void *p, size_t n) {
@@ -277,6 +279,7 @@ static int trusted(uid_t uid) {
 
 int wire_connect(struct wire_connection *c) {
     c->fd = -1;
+    c->timeout_ms = CALL_TIMEOUT_MS;
     struct sockaddr_un address = { .sun_family = AF_UNIX };
     if (!wire_socket_path(address.sun_path, sizeof address.sun_path)) return -1;
     /* Close-on-exec: a program the host execs must not inherit its keychain connection. */
@@ -301,6 +304,8 @@ int wire_connect(struct wire_connection *c) {
     return 0;
 }
 
+void wire_probe(struct wire_connection *c) { c->timeout_ms = PROBE_TIMEOUT_MS; }
+
 void wire_close(struct wire_connection *c) {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
@@ -323,7 +328,7 @@ static int parse_head(struct wire_answer *a) {
 int wire_read_answer(struct wire_connection *c, struct wire_answer *a) {
     wire_answer_free(a);
     uint8_t head[4];
-    if (c->fd < 0 || read_all(c->fd, head, 4, CALL_TIMEOUT_MS)) goto fail;
+    if (c->fd < 0 || read_all(c->fd, head, 4, c->timeout_ms)) goto fail;
     uint32_t length = (uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24;
     if (length == 0 || length > WIRE_MAX_RESPONSE) goto fail;
     a->bytes = malloc(length);

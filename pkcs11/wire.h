@@ -77,12 +77,16 @@ void wire_answer_free(struct wire_answer *a);
 /* A connection to keychaind, as the calling process. fd -1: not connected. */
 struct wire_connection {
     int fd;
+    /* How long an answer may take to start arriving before the daemon counts as gone. */
+    int timeout_ms;
 };
 
 /* The socket path clients use (docs/protocol.md, "Transport"); 0 when none is safe. */
 int wire_socket_path(char *path, size_t size);
 /* Connects with a short timeout and checks who serves (SO_PEERCRED); 0 on success. */
 int wire_connect(struct wire_connection *c);
+/* Gives the connection the short timeout of a probe. */
+void wire_probe(struct wire_connection *c);
 void wire_close(struct wire_connection *c);
 /* Sends the request and reads one answer frame. 0 on success (the answer's status may still
  * be an error); -1 when the connection failed (it is then closed). */

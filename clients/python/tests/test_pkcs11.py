@@ -526,6 +526,18 @@ def test_a_pin_given_to_c_login_never_reaches_the_socket(monkeypatch):
         fake.close()
 
 
+def test_a_socket_that_never_answers_is_no_token():
+    fake = FakeDaemon(lambda _request: b"")  # reads the request, answers nothing
+    try:
+        result = subprocess.run([sys.executable, "-c", "import test_pkcs11 as t\np = t.Cryptoki(); assert p.initialize() == 0\n"
+                                 "print(p.slots())"], capture_output=True, timeout=60,
+                                env=dict(os.environ, PYTHONPATH=HERE, KEYCHAIN_SOCKET=fake.path))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == b"(0, 0)"
+    finally:
+        fake.close()
+
+
 @pytest.mark.parametrize("answer", [
     struct.pack("<I", 0xFFFFFFFF),                                    # a length over any limit
     struct.pack("<I", 16) + b"\x01" + b"\x00" * 15,                   # a frame too short for its parts
