@@ -46,6 +46,10 @@ pkcs11: $(PKCS11_MODULE)
 $(PKCS11_MODULE): $(wildcard pkcs11/*.c pkcs11/*.h pkcs11/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) $(PKCS11_CFLAGS) -shared -Wl,-z,relro,-z,now -Wl,--no-undefined -o $@ pkcs11/module.c pkcs11/wire.c -lpthread
+# Signatures through the module and through SoftHSM2 (scripts/pkcs11-bench).
+.build/pkcs11/keychain-pkcs11-bench: pkcs11/bench.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra $(shell pkg-config --cflags p11-kit-1) -o $@ pkcs11/bench.c -ldl -lpthread
 
 build: deps
 	$(SWIFT) build
