@@ -23,6 +23,7 @@ public struct SyncCircleKey: Sendable {
     let key: SecureKey
     let recordSealKey: SecureKey
     let recordIDKey: SecureKey
+    let localTombstoneKey: SecureKey
 
     /// A fresh key for a new circle (epoch 1) or for the epoch a removal starts.
     public static func random(circleID: SyncCircleID, epoch: UInt32) -> SyncCircleKey {
@@ -35,6 +36,7 @@ public struct SyncCircleKey: Sendable {
         self.key = key
         recordSealKey = key.derive(id: 1, context: "syncseal")
         recordIDKey = key.derive(id: 2, context: "syncid__")
+        localTombstoneKey = key.derive(id: 3, context: "synctomb")
     }
 
     /// The record id of an item: keyed BLAKE2b-256 under RIK(e) of its class and primary key,
@@ -62,6 +64,13 @@ public struct SyncCircleKey: Sendable {
             }
         }
         return w.bytes
+    }
+
+    /// The name a device's local tombstone of a record goes by (docs/sync.md, 5): keyed
+    /// again under a key of this epoch that the store never sees, so that this device's file
+    /// and a copy of the store's tables cannot be joined on it.
+    public func tombstoneTag(recordID: [UInt8]) -> [UInt8] {
+        KeyedHash.hash(domain: "keychaind/v1/sync-local-tombstone", recordID, key: localTombstoneKey, outputBytes: 32)
     }
 
     // MARK: kept locally under CK[ck]

@@ -15,5 +15,7 @@ public enum ReplicaStateTables {
     /// Inside the caller's transaction.
     public static func deleteAll(_ db: SQLiteDatabase) throws(KeychainError) {
         for table in erasedWithTheClassKeys { try db.run("DELETE FROM \(table)") }
+        // KeychainSync's own table of kept deletes (LocalTombstones), made on first use.
+        try db.execute("DROP TABLE IF EXISTS sync_local_tombstones")
     }
 }

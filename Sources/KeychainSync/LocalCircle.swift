@@ -148,6 +148,7 @@ public struct LocalCircle {
             try SyncKeysTable(database).deleteAll()
             try SyncRosterTable(database).deleteAll()
             try SyncHeadsSeenTable(database).replace(with: [:])
+            try LocalTombstones(replica).deleteAll()
         }
     }
 

@@ -115,6 +115,10 @@ public struct OutboxPush {
                 return nil
             }
             let version = try numbered(entry, writer: writer, mdat: tombstone.mdat)
+            // Kept once the outbox entry is gone, so an older version the store serves again
+            // does not undo the delete here.
+            try LocalTombstones(replica).keep(recordID: recordID, version: version, circleKey: circleKey,
+                                              now: ItemReplica.milliseconds(replica.now()))
             let (header, body) = SyncRecordSealer.sealTombstone(tombstone.itemClass, recordID: recordID, version: version, circleKey: circleKey)
             return SyncRecordRow(recordID: header.recordID, epoch: header.epoch, version: version, tombstone: true, body: body)
         }

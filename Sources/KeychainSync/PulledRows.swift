@@ -14,12 +14,16 @@ public struct SyncApplyReport: Sendable, Equatable {
     public var rejected = 0
     /// Rows waiting in the inbox for their class key (ak while locked).
     public var deferred = 0
+    /// Rows older than what this device holds (among the superseded and the replays): the
+    /// version held here was queued to be pushed again, item or delete.
+    public var repushed = 0
 
-    public init(applied: Int = 0, superseded: Int = 0, rejected: Int = 0, deferred: Int = 0) {
+    public init(applied: Int = 0, superseded: Int = 0, rejected: Int = 0, deferred: Int = 0, repushed: Int = 0) {
         self.applied = applied
         self.superseded = superseded
         self.rejected = rejected
         self.deferred = deferred
+        self.repushed = repushed
     }
 
     mutating func count(_ outcome: SyncRowOutcome) {
@@ -70,12 +74,14 @@ public struct PulledRows {
                 // must wait for its class key.
                 guard ledger.admit(row.version, local: nil, mode: mode) != .replay else {
                     report.rejected += 1
+                    try application.answerReplay(row, contents)
                     continue
                 }
                 let outcome = try application.apply(row, contents)
                 if outcome == .deferred { try SyncInboxTable(database).hold(row) }
                 report.count(outcome)
             }
+            report.repushed = application.repushed
             try seen.save(ledger)
             try SyncCircleTable(database).setCursor(cursor)
             return report
@@ -107,6 +113,7 @@ public struct PulledRows {
                 if outcome != .deferred { try inbox.delete(recordID: row.recordID) }
                 report.count(outcome)
             }
+            report.repushed = application.repushed
             return report
         }
     }
@@ -136,19 +143,50 @@ private struct PulledRowApplication {
     private var items: [ItemClass: [[UInt8]: Int64]?] = [:]
     /// Per class: record id → pending tombstone entry; nil when some could not be opened.
     private var tombstones: [ItemClass: [[UInt8]: OutboxEntry]?] = [:]
+    /// The deletes kept after their push or pull (LocalTombstones), by tag; read on first need.
+    private var deletes: [[UInt8]: SyncVersion]?
+    /// Rows older than what this device holds, whose newer version was queued again.
+    private(set) var repushed = 0
+    private let now: Int64
 
     init(replica: ItemReplica, circleKey: SyncCircleKey, writer: SyncDeviceID) {
         self.replica = replica
         self.circleKey = circleKey
         self.writer = writer
+        now = ItemReplica.milliseconds(replica.now())
     }
 
-    /// What this device holds of a record: its item (if any), the item's pending change, and
-    /// a pending tombstone of the record.
+    /// What this device holds of a record: its item (if any), the item's pending change, a
+    /// pending tombstone of the record, and, with no item, a delete kept after it went.
     private struct Local {
         var item: ItemRow?
         var pending: OutboxEntry?
         var tombstone: OutboxEntry?
+        var deleted: SyncVersion?
+    }
+
+    /// Which of the local side gives the version held here.
+    private enum Held {
+        /// An unpushed change: it goes out with the next push whatever the store holds.
+        case pending
+        /// The item's stamp: the version the circle had from or through this device.
+        case stamp
+        /// A delete kept after it went (LocalTombstones).
+        case deleted(SyncVersion)
+    }
+
+    private enum Resolution {
+        case incoming
+        case local(Held)
+        case same
+    }
+
+    /// The item of a pulled item row, as `repush` needs it to queue a delete of its record.
+    private struct Incoming {
+        let cls: ItemClass
+        let pdmn: Protection
+        let attributes: AttributeDictionary
+        let key: SecureKey
     }
 
     mutating func apply(_ row: SyncRecordRow, _ contents: SyncRecordContents) throws(KeychainError) -> SyncRowOutcome {
@@ -157,9 +195,16 @@ private struct PulledRowApplication {
             guard let (attributes, data) = Self.storable(cls, pdmn, attributes) else { return .rejected }
             guard let key = replica.classKey(pdmn) else { return .deferred }
             guard let held = try local(cls, row.recordID, holder: holder(cls, attributes)) else { return .deferred }
-            guard try incomingWins(row.version, held) else { return .superseded }
+            switch try resolve(row.version, held) {
+            case .incoming: break
+            case .same: return .superseded
+            case .local(let source):
+                try repush(source, held, row, Incoming(cls: cls, pdmn: pdmn, attributes: attributes, key: key))
+                return .superseded
+            }
             if let tombstone = held.tombstone { try drop(tombstone, cls, row.recordID) }
             if let pending = held.pending { try replica.outbox.delete(entry: pending.id) }
+            if held.deleted != nil { try forgetDelete(row.recordID) }
             let stamp = ReplicaStamp(writer: row.version.writer.bytes, counter: row.version.counter, mdat: row.version.mdat)
             if let item = held.item {
                 var replaced = replica.seal(cls, attributes: attributes, data: data, persistentID: item.persistentID,
@@ -183,7 +228,16 @@ private struct PulledRowApplication {
             guard let holder = try itemRow(cls, row.recordID), let held = try local(cls, row.recordID, holder: holder) else {
                 return .deferred
             }
-            guard try incomingWins(row.version, held) else { return .superseded }
+            switch try resolve(row.version, held) {
+            case .incoming: break
+            case .same: return .superseded
+            case .local(let source):
+                try repush(source, held, row, nil)
+                return .superseded
+            }
+            // Only a device that held the item keeps its delete: one that never did has
+            // nothing a restore could bring back here, and keeps no trace of it.
+            if held.item != nil || held.tombstone != nil || held.deleted != nil { try keepDelete(row.recordID, row.version) }
             if let tombstone = held.tombstone { try drop(tombstone, cls, row.recordID) }
             if let item = held.item {
                 try replica.delete(rowid: item.rowid)  // its pending change goes with it; no tombstone is queued
@@ -193,13 +247,31 @@ private struct PulledRowApplication {
         }
     }
 
-    /// Whether the pulled version beats what this device holds (docs/sync.md, 5). The local
-    /// version is an unpushed change if there is one (numbered or not yet), else the stamp.
-    /// The same version coming back means the store holds this device's change: its entry
-    /// has been pushed.
-    private func incomingWins(_ incoming: SyncVersion, _ local: Local) throws(KeychainError) -> Bool {
+    /// A row that is a replay (an old counter of its writer after the cursor) is never
+    /// applied; but if it is older than what this device holds, the store serves an old
+    /// version again (its operator wrote it back), and the newer one goes back to it.
+    mutating func answerReplay(_ row: SyncRecordRow, _ contents: SyncRecordContents) throws(KeychainError) {
+        switch contents {
+        case .item(let cls, let pdmn, let attributes):
+            guard let (attributes, _) = Self.storable(cls, pdmn, attributes), let key = replica.classKey(pdmn),
+                  let held = try local(cls, row.recordID, holder: holder(cls, attributes)),
+                  case .local(let source) = try resolve(row.version, held) else { return }
+            try repush(source, held, row, Incoming(cls: cls, pdmn: pdmn, attributes: attributes, key: key))
+        case .tombstone(let cls):
+            guard let holder = try itemRow(cls, row.recordID), let held = try local(cls, row.recordID, holder: holder),
+                  case .local(let source) = try resolve(row.version, held) else { return }
+            try repush(source, held, row, nil)
+        }
+    }
+
+    /// Which version wins, the pulled one or the one this device holds (docs/sync.md, 5).
+    /// The local version is an unpushed change if there is one (numbered or not yet), else
+    /// the stamp, else a delete kept here. The same version coming back means the store holds
+    /// this device's change: its entry has been pushed.
+    private func resolve(_ incoming: SyncVersion, _ local: Local) throws(KeychainError) -> Resolution {
         var pending: OutboxEntry?
         var version: SyncVersion?
+        var held = Held.pending
         // A change not numbered yet will be, above every number given so far.
         if let change = local.pending, let item = local.item {
             pending = change
@@ -209,16 +281,63 @@ private struct PulledRowApplication {
             version = SyncVersion(mdat: deleted.mdat, writer: writer, counter: tombstone.counter ?? .max)
         } else if let item = local.item, let stamp = item.replicaStamp, let stampWriter = try? SyncDeviceID(stamp.writer) {
             version = SyncVersion(mdat: LocalVersion.stampMdat(stamp, item), writer: stampWriter, counter: stamp.counter)
+            held = .stamp
+        } else if local.item == nil, let deleted = local.deleted {
+            version = deleted
+            held = .deleted(deleted)
         }
         switch SyncConflict.resolve(local: version, incoming: incoming) {
         case .takeIncoming:
-            return true
+            return .incoming
         case .identical:
             if let pending { try replica.outbox.deletePushed(entry: pending.id, counter: incoming.counter) }
-            return false
+            return .same
         case .keepLocal:
-            return false
+            return .local(held)
         }
+    }
+
+    /// The store serves a version older than the one this device holds (a restored backup,
+    /// a row its operator wrote back): the held one is queued to be pushed again, renumbered
+    /// above the old one, so that a device that never saw it (a new member's first pull)
+    /// converges to it instead of to the old one. An item goes as its current version; a
+    /// delete kept here as a tombstone of the record the old row names (its attributes sealed
+    /// with no secret, for the record id alone). A pending change needs nothing: it goes out
+    /// anyway. An old delete against a kept delete needs nothing either.
+    private mutating func repush(_ source: Held, _ local: Local, _ row: SyncRecordRow, _ incoming: Incoming?) throws(KeychainError) {
+        switch source {
+        case .pending:
+            return
+        case .stamp:
+            guard let item = local.item else { return }
+            try replica.queueVersion(item: item.rowid)
+        case .deleted(let deleted):
+            guard let incoming else { return }
+            let sealed = replica.seal(incoming.cls, attributes: incoming.attributes, data: .empty,
+                                      persistentID: replica.newPersistentID(), classKey: incoming.key)
+            let mdat = SyncVersion.stampedMdat(now: now, previous: max(deleted.mdat, row.version.mdat))
+            try replica.outbox.queueTombstone(OutboxTombstone(itemClass: incoming.cls, protection: incoming.pdmn,
+                                                              identity: replica.blobIdentity(of: sealed), blob: sealed.blob, mdat: mdat))
+            tombstones[incoming.cls] = nil  // read again with the new entry
+        }
+        repushed += 1
+    }
+
+    private mutating func keptDeletes() throws(KeychainError) -> [[UInt8]: SyncVersion] {
+        if let deletes { return deletes }
+        let read = try LocalTombstones(replica).kept(circleKey: circleKey)
+        deletes = read
+        return read
+    }
+
+    private mutating func keepDelete(_ recordID: [UInt8], _ version: SyncVersion) throws(KeychainError) {
+        try LocalTombstones(replica).keep(recordID: recordID, version: version, circleKey: circleKey, now: now)
+        deletes = nil
+    }
+
+    private mutating func forgetDelete(_ recordID: [UInt8]) throws(KeychainError) {
+        try LocalTombstones(replica).forget(recordID: recordID, circleKey: circleKey)
+        deletes = nil
     }
 
     /// The local side of a record whose item is `holder` (nil: none here), or nil when a
@@ -226,7 +345,11 @@ private struct PulledRowApplication {
     private mutating func local(_ cls: ItemClass, _ recordID: [UInt8], holder: ItemRow?) throws(KeychainError) -> Local? {
         guard let pendingTombstones = try pendingTombstones(cls) else { return nil }
         var local = Local(item: holder, tombstone: pendingTombstones[recordID])
-        if let holder { local.pending = try replica.outbox.entry(item: holder.rowid) }
+        if let holder {
+            local.pending = try replica.outbox.entry(item: holder.rowid)
+        } else {
+            local.deleted = try keptDeletes()[circleKey.tombstoneTag(recordID: recordID)]
+        }
         return local
     }
 

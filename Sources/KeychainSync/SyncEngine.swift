@@ -18,6 +18,9 @@ public struct SyncPassTotals: Sendable, Equatable {
     public var rejected = 0
     /// Pulled rows that went to the inbox to wait for their class key.
     public var deferred = 0
+    /// Pulled rows older than what this device held, whose newer version (item or delete)
+    /// was pushed again (docs/sync.md, 5).
+    public var repushed = 0
     /// Rollbacks of the store found and healed (docs/sync.md, 6).
     public var rollbacksHealed = 0
     /// Heads in the store that did not verify against this device's roster, at the last
@@ -52,11 +55,15 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
 
     private let store: Store
     private let housekeepingInterval: Duration
+    /// Milliseconds since 2001: what the local tombstones' window is measured with.
+    private let clock: @Sendable () -> Int64
     private let shared = Mutex(Shared())
 
-    public init(store: Store, housekeepingInterval: Duration = .seconds(3600)) {
+    public init(store: Store, housekeepingInterval: Duration = .seconds(3600),
+                clock: (@Sendable () -> Int64)? = nil) {
         self.store = store
         self.housekeepingInterval = housekeepingInterval
+        self.clock = clock ?? { SyncMembership.now() }
     }
 
     public var totals: SyncPassTotals { shared.withLock { $0.totals } }
@@ -82,9 +89,11 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
         let healing = try checkStore(member, database)
         if let healing { try heal(member, database, healing) }
         try push(member, database)
-        try pull(member, database)
+        // What the pull found older than this device's versions goes back in the same pass,
+        // before a device that never saw the newer one can take the old one.
+        if try pull(member, database) > 0 { try push(member, database) }
         if healing != nil { try healEnded(member, database) }
-        try applyInbox(member)
+        try applyInbox(member, database)
         try housekeep(member, database)
     }
 
@@ -262,8 +271,10 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
     /// transaction, until the store has no more. Until a pull from the start has once
     /// reached the end, every row is read as part of a full pull (older counters of a writer
     /// legitimately appear), and replays are told only after it.
-    private func pull(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
-        guard let circle = try store.withReplica({ (s) throws(KeychainError) in try LocalCircle(s).row() }) else { return }
+    /// Returns how many rows were older than what this device holds (their newer versions
+    /// are queued again).
+    private func pull(_ member: Member, _ database: SyncDatabase) throws(KeychainError) -> Int {
+        guard let circle = try store.withReplica({ (s) throws(KeychainError) in try LocalCircle(s).row() }) else { return 0 }
         // A last full pull older than the tombstones' life may have missed deletes whose
         // tombstones expired since: the cursor is not trusted, and every row is read again.
         let stale = circle.lastFullPull.map { SyncMembership.now() - $0 > Self.tombstoneLifetimeMs } ?? false
@@ -275,6 +286,7 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
         // (then no local item can be known to be gone).
         var present = Set<[UInt8]>()
         var sawMalformed = false
+        var repushed = 0
         while true {
             let batch = try database.pull(circleID: member.key.circleID, after: cursor, limit: Self.pullLimit)
             if mode == .everyRow {
@@ -289,7 +301,9 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
                 s.totals.applied += report.applied
                 s.totals.rejected += report.rejected + batch.malformed
                 s.totals.deferred += report.deferred
+                s.totals.repushed += report.repushed
             }
+            repushed += report.repushed
             cursor = batch.lastSeq
             if batch.reachedEnd { break }
         }
@@ -301,11 +315,12 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
             }
             shared.withLock { $0.totals.applied += deleted }
         }
+        return repushed
     }
 
     /// Rows that waited for their class key, once it is loaded (`PulledRows.applyInbox` commits
     /// nothing while every one still waits).
-    private func applyInbox(_ member: Member) throws(KeychainError) {
+    private func applyInbox(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
         let report = try store.withReplica { (s) throws(KeychainError) -> SyncApplyReport in
             guard try PulledRows(s).inboxCount() > 0 else { return SyncApplyReport() }
             return try PulledRows(s).applyInbox(circleKey: member.key, writer: member.identity.id)
@@ -313,10 +328,13 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
         shared.withLock { s in
             s.totals.applied += report.applied
             s.totals.rejected += report.rejected
+            s.totals.repushed += report.repushed
         }
+        if report.repushed > 0 { try push(member, database) }
     }
 
-    /// Expires the circle's old tombstones, at most once per `housekeepingInterval`.
+    /// Expires the circle's old tombstones in the store, and this device's kept deletes past
+    /// their window, at most once per `housekeepingInterval`.
     private func housekeep(_ member: Member, _ database: SyncDatabase) throws(KeychainError) {
         let now = ContinuousClock.now
         let due = shared.withLock { s in
@@ -324,6 +342,9 @@ public final class SyncEngine<Store: SyncLocalStore & Sendable>: Sendable {
             return now - last >= housekeepingInterval
         }
         guard due else { return }
+        _ = try store.withReplica { (s) throws(KeychainError) in
+            try LocalTombstones(s).sweep(now: clock(), epoch: member.key.epoch)
+        }
         _ = try database.expireTombstones(circleID: member.key.circleID, olderThan: SyncMembership.now() - Self.tombstoneLifetimeMs)
         shared.withLock { $0.lastHousekeeping = now }
     }

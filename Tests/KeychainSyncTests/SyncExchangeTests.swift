@@ -216,10 +216,13 @@ struct SyncExchangeTests {
         try p.push(p.a)
         try p.pull(p.b)
         p.records.serve(added)
-        #expect(try p.pull(p.b) == SyncApplyReport(rejected: 1))
+        // B held the item and keeps its delete: it answers the old row with the delete again.
+        #expect(try p.pull(p.b) == SyncApplyReport(rejected: 1, repushed: 1))
         #expect(try p.item(p.b, genp("svc", "acct")) == nil)
-        // Read afresh (a first sync, a full reconcile), the same row is no replay.
-        #expect(try p.apply([added], to: p.b, mode: .everyRow) == SyncApplyReport(applied: 1))
+        // Read afresh (a first sync, a full reconcile), the same row is no replay, and the
+        // kept delete, now queued again, still stops it (docs/sync.md 5, "Local tombstones").
+        #expect(try p.apply([added], to: p.b, mode: .everyRow) == SyncApplyReport(superseded: 1))
+        #expect(try p.item(p.b, genp("svc", "acct")) == nil)
     }
 
     /// What a rogue member (or a bug) could seal: a record whose attributes no keychaind
