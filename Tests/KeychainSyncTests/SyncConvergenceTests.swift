@@ -213,4 +213,22 @@ struct SyncConvergenceTests {
         try Self.engine(a, clock: { keptAt + LocalTombstones.window + minute }).pass(a.database)
         #expect(try LocalTombstones(a.store.replica).count() == 0)
     }
+
+    /// The tags are of the circle's keys: leaving the circle, and the erase that replaces
+    /// the class keys, leave no kept delete behind.
+    @Test func leavingTheCircleAndTheEraseDropTheKeptDeletes() throws {
+        let cluster = try TestCluster()
+        let (a, b) = try SyncEngineTests.pair(cluster)
+        for d in [a, b] {
+            try SyncEngineTests.add(d, d === a ? "a" : "b", "secret")
+            try Self.engine(d).pass(d.database)
+            try d.store.delete(["class": .string("genp"), "sync": .int(1)], scope: SyncEngineTests.scope)
+            try Self.engine(d).pass(d.database)
+            #expect(try LocalTombstones(d.store.replica).count() == 1)
+        }
+        try LocalCircle(a.store.replica).leave()
+        #expect(try LocalTombstones(a.store.replica).count() == 0)
+        try b.store.erase()
+        #expect(try LocalTombstones(b.store.replica).count() == 0)
+    }
 }
