@@ -105,7 +105,7 @@ let commands: [Command] = [
             return
         }
         // The lock state first, as a reader looks for it; then the rest in docs/cli.md's order.
-        let order = ["state", "since", "purge_in", "auto_lock_in", "passcode", "failed_attempts", "retry_after", "groups", "version"]
+        let order = ["state", "since", "purge_in", "auto_lock_in", "passcode", "failed_attempts", "retry_after", "login_slot", "login_slot_retry_after", "groups", "version"]
         for key in info.keys.sorted(by: { (order.firstIndex(of: $0) ?? order.count, $0) < (order.firstIndex(of: $1) ?? order.count, $1) }) {
             Output.line("\(key): \(JSON.value(info[key]!).trimmingQuotes)")
         }
@@ -126,11 +126,20 @@ let commands: [Command] = [
         }
     },
     Command(spec: CommandSpec(name: "unlock", summary: "Unlock (admin): passcode from a no-echo prompt or one line of standard input.",
-                              options: globalOptions, flags: jsonFlag)) { c in
+                              options: globalOptions,
+                              flags: jsonFlag + [("login", "Unlock through the login slot with the login password instead (what the PAM module does).")])) { c in
+        if c.arguments.has("login") {
+            var password = try SecretInput.passcode("Login password")
+            defer { explicit_bzero(&password, password.count) }
+            try c.connection().loginUnlock(password: password)
+            c.printStatusJSON()
+            return
+        }
         var passcode = try SecretInput.passcode("Passcode")
         defer { explicit_bzero(&passcode, passcode.count) }
         try c.connection().unlock(passcode: passcode)
         c.printStatusJSON()
+        LoginSlotCommands.offerRebuild(c)
     },
     Command(spec: CommandSpec(name: "backup", summary: "Write an encrypted backup of every item that may leave this device (admin; unlocked).",
                               options: globalOptions + [("out", "The backup file to write (0600, atomically).")],
@@ -169,7 +178,7 @@ let commands: [Command] = [
         try c.connection().removePasscode(current: current)
         c.printStatusJSON()
     },
-] + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands + SyncCommands.commands
+] + LoginSlotCommands.commands + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands + SyncCommands.commands
 
 extension String {
     var trimmingQuotes: String {

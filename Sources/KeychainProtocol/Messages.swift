@@ -70,6 +70,18 @@ public enum Request: Sendable, Equatable {
     case syncRemove(device: String)
     /// Leaves the circle; a remaining member rotates the key.
     case syncLeave
+    /// Wraps the passcode classes' keys under the login password in the login slot (replacing
+    /// one there): the keychain must be unlocked and have a passcode (issue 26).
+    case loginSlotAdd(password: SecretBytes)
+    /// Drops the login slot.
+    case loginSlotRemove
+    /// `login_slot` (none, current, stale), `failed_attempts`, `retry_after` of the slot.
+    case loginSlotStatus
+    /// Unlocks through the login slot; a failure counts on the slot's own counter.
+    case loginUnlock(password: SecretBytes)
+    /// Follows a change of the login password. An empty `old` (a reset by root, which knows
+    /// no old password) marks the slot stale; so does an `old` that does not open it.
+    case loginSlotRewrap(old: SecretBytes, new: SecretBytes)
 
     /// The longest fingerprint text accepted (32 digits with spaces between groups, and some slack).
     public static let maxFingerprintTextBytes = 128
@@ -91,6 +103,8 @@ public enum Request: Sendable, Equatable {
         // 32-39: sync (issue 18).
         case syncStatus = 32, syncCreate = 33, syncJoin = 34, syncApprove = 35, syncDevices = 37, syncNow = 39
         case syncRemove = 36, syncLeave = 38
+        // 40-44: the login slot (issue 26).
+        case loginSlotAdd = 40, loginSlotRemove = 41, loginSlotStatus = 42, loginUnlock = 43, loginSlotRewrap = 44
     }
 
     public var operation: Operation {
@@ -129,6 +143,11 @@ public enum Request: Sendable, Equatable {
         case .syncNow: .syncNow
         case .syncRemove: .syncRemove
         case .syncLeave: .syncLeave
+        case .loginSlotAdd: .loginSlotAdd
+        case .loginSlotRemove: .loginSlotRemove
+        case .loginSlotStatus: .loginSlotStatus
+        case .loginUnlock: .loginUnlock
+        case .loginSlotRewrap: .loginSlotRewrap
         }
     }
 
@@ -139,6 +158,8 @@ public enum Request: Sendable, Equatable {
              .backupBegin, .backupRead, .restoreBegin, .restoreWrite, .restoreCommit: true
         case .syncCreate, .syncJoin, .syncApprove: true
         case .syncRemove, .syncLeave: true
+        // As unlock: by default the keychain's own uid and root (docs/security.md, "The login slot").
+        case .loginSlotAdd, .loginSlotRemove, .loginSlotStatus, .loginUnlock, .loginSlotRewrap: true
         case .asCaller(_, _, let inner): inner.isAdministrative
         default: false
         }
@@ -242,8 +263,13 @@ public enum WireCodec {
              .keyEncrypt(let q, let c), .keyDecrypt(let q, let c):
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
-        case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave:
+        case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave, .loginSlotRemove, .loginSlotStatus:
             break
+        case .loginSlotAdd(let p), .loginUnlock(let p):
+            w.lengthPrefixed(p)
+        case .loginSlotRewrap(let old, let new):
+            w.lengthPrefixed(old)
+            w.lengthPrefixed(new)
         case .syncCreate(let name):
             w.lengthPrefixed(name.utf8)
         case .syncJoin(let circle, let name):
@@ -388,6 +414,13 @@ public enum WireCodec {
         case .syncApprove: request = .syncApprove(device: try fingerprintText(&r))
         case .syncRemove: request = .syncRemove(device: try fingerprintText(&r))
         case .syncLeave: request = .syncLeave
+        case .loginSlotAdd: request = .loginSlotAdd(password: try passcode(&r))
+        case .loginSlotRemove: request = .loginSlotRemove
+        case .loginSlotStatus: request = .loginSlotStatus
+        case .loginUnlock: request = .loginUnlock(password: try passcode(&r))
+        case .loginSlotRewrap:
+            let old = try passcode(&r)
+            request = .loginSlotRewrap(old: old, new: try passcode(&r))
         }
         return request
     }

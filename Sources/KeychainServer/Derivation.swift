@@ -9,6 +9,7 @@ extension Request {
     var derivesKey: Bool {
         switch self {
         case .unlock, .setPasscode, .changePasscode, .removePasscode, .backupBegin, .restoreCommit: true
+        case .loginSlotAdd, .loginUnlock, .loginSlotRewrap: true
         default: false
         }
     }
@@ -25,18 +26,24 @@ enum Derivation: Sendable {
     case removePasscode(KeybagSnapshot, current: SecretBytes)
     case backup(BackupContents, password: SecretBytes)
     case restore(file: [UInt8], password: SecretBytes, onConflict: ConflictPolicy)
+    case loginSlotAdd(LoginSlotSnapshot, password: SecretBytes)
+    case loginUnlock(LoginSlotSnapshot, password: SecretBytes)
+    case loginSlotRewrap(LoginSlotSnapshot, old: SecretBytes, new: SecretBytes)
 
     enum Output: Sendable {
         /// What a passcode call does to the keybag, for `ItemStore.apply`.
         case keybag(KeybagChange)
         case backupFile(SealedBackup)
         case restoredItems(OpenedBackup)
+        /// A login slot sealed or rewrapped, for `ItemStore.saveLoginSlot`.
+        case loginSlot(LoginSlot)
     }
 
     /// The snapshot a passcode call was computed from; nil for backup and restore.
     var snapshot: KeybagSnapshot? {
         switch self {
         case .unlock(let s, _), .setPasscode(let s, _), .changePasscode(let s, _, _), .removePasscode(let s, _): s
+        case .loginSlotAdd(let s, _), .loginUnlock(let s, _), .loginSlotRewrap(let s, _, _): s.keybag
         case .backup, .restore: nil
         }
     }
@@ -56,6 +63,12 @@ enum Derivation: Sendable {
             return .backupFile(try contents.seal(password: password))
         case .restore(let file, let password, _):
             return .restoredItems(try OpenedBackup(file, password: password))
+        case .loginSlotAdd(let snapshot, let password):
+            return .loginSlot(try snapshot.seal(password: password))
+        case .loginUnlock(let snapshot, let password):
+            return .keybag(try snapshot.unlock(password: password))
+        case .loginSlotRewrap(let snapshot, let old, let new):
+            return .loginSlot(try snapshot.rewrap(old: old, new: new))
         }
     }
 }
@@ -65,5 +78,11 @@ extension Derivation.Output {
     func keybagChange() throws(KeychainError) -> KeybagChange {
         guard case .keybag(let change) = self else { throw KeychainError(.internal, "a passcode call derived no keybag change") }
         return change
+    }
+
+    /// The login slot of a login-slot call.
+    func loginSlot() throws(KeychainError) -> LoginSlot {
+        guard case .loginSlot(let slot) = self else { throw KeychainError(.internal, "a login-slot call derived no slot") }
+        return slot
     }
 }

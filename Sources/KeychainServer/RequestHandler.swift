@@ -27,6 +27,8 @@ final class RequestHandler {
     let lockPolicy: LockPolicy
     private(set) var machine: LockStateMachine
     private var throttle: PasscodeThrottle
+    /// The login slot's own: a stale slot tried at every login must never delay `unlock`.
+    private var loginThrottle: PasscodeThrottle
     private var transfers = BackupTransfers()
     private let log: (String) -> Void
     private let clock: DaemonClock
@@ -41,6 +43,8 @@ final class RequestHandler {
                                    gracePeriod: lockPolicy.gracePeriod, autoLockAfter: lockPolicy.autoLockAfter)
         let saved = try store.passcodeFailures()
         throttle = PasscodeThrottle(failures: saved.failures, lastFailure: saved.lastFailure)
+        let savedLogin = try store.loginSlotFailures()
+        loginThrottle = PasscodeThrottle(failures: savedLogin.failures, lastFailure: savedLogin.lastFailure)
     }
 
     /// `policy` is the access policy in force for this call (a reload may replace it between
@@ -161,6 +165,25 @@ final class RequestHandler {
             return .backup(try store.backupExporter.contents(), password: password)
         case .restoreCommit(let session, let password, let policy):
             return .restore(file: try transfers.take(session), password: password, onConflict: policy)
+        case .loginSlotAdd(let password):
+            return .loginSlotAdd(try store.loginSlotSnapshot(), password: password)
+        case .loginUnlock(let password):
+            guard store.hasPasscode else { return nil }  // always unlocked without one: perform answers
+            let snapshot = try store.loginSlotSnapshot()
+            try requireCurrent(snapshot.slot)
+            try checkLoginThrottle()
+            return .loginUnlock(snapshot, password: password)
+        case .loginSlotRewrap(let old, let new) where !old.isEmpty:
+            let snapshot = try store.loginSlotSnapshot()
+            try requireCurrent(snapshot.slot)
+            do {
+                try checkLoginThrottle()
+            } catch {
+                // The login password has changed and the slot cannot follow it now.
+                try markStale(reason: "its rewrap was refused during the login slot's delay")
+                throw error
+            }
+            return .loginSlotRewrap(snapshot, old: old, new: new)
         default:
             return nil
         }
@@ -195,6 +218,26 @@ final class RequestHandler {
             return Response(result: .single(.attributes([
                 "session": .int(Int64(session)), "size": .int(Int64(backup.file.count)),
                 "items": .int(Int64(backup.itemCount)), "excluded": .int(Int64(backup.excluded)), "note": .string(backup.note)])))
+        case .loginSlotAdd(let snapshot, _):
+            let slot = try outcome.get().loginSlot()
+            guard try store.loginSlot() == snapshot.slot else { throw KeybagChange.superseded }
+            try store.saveLoginSlot(slot)
+            resetLoginThrottle()
+            log("login slot \(snapshot.slot == nil ? "added" : "replaced") by \(caller)")
+        case .loginUnlock(let snapshot, _):
+            guard try store.loginSlot() == snapshot.slot else { throw KeybagChange.superseded }
+            try countedLogin(outcome) { (output) throws(KeychainError) in _ = try store.apply(try output.keybagChange()) }
+            machine.unlocked(at: clock.monotonic())
+            log("unlocked through the login slot by \(caller)")
+        case .loginSlotRewrap(let snapshot, _, _):
+            guard try store.loginSlot() == snapshot.slot else { throw KeybagChange.superseded }
+            do {
+                try countedLogin(outcome) { (output) throws(KeychainError) in try store.saveLoginSlot(try output.loginSlot()) }
+            } catch where error.status == .authFailed {
+                try markStale(reason: "the old login password given to its rewrap did not open it")
+                throw KeychainError(.authFailed, "\(error.message); the login slot is now stale: unlock with the passcode, then `keychain passcode login-slot add`")
+            }
+            log("login slot rewrapped for a new login password by \(caller)")
         case .restore(_, _, let onConflict):
             guard case .restoredItems(let backup) = try outcome.get() else {
                 throw KeychainError(.internal, "a restore derived no items")
@@ -264,6 +307,21 @@ final class RequestHandler {
             throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
         case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices, .syncNow, .syncRemove, .syncLeave:
             throw KeychainError(.internal, "\(request.operation) talks to PostgreSQL: it runs outside the handler")
+        case .loginSlotRemove:
+            guard try store.loginSlot() != nil else { throw Self.noLoginSlot }
+            try store.saveLoginSlot(nil)
+            resetLoginThrottle()
+            log("login slot removed by \(caller)")
+        case .loginSlotStatus:
+            return Response(result: .single(.attributes(loginSlotStatus(at: clock.wall()))))
+        case .loginUnlock:
+            return Response()  // no passcode: always unlocked (with one, the call derives a key)
+        case .loginSlotRewrap:
+            // No old password (a reset by root): the slot cannot follow, so it opens nothing more.
+            guard try store.loginSlot() != nil else { throw Self.noLoginSlot }
+            try markStale(reason: "the login password was reset without the old one")
+        case .loginSlotAdd:
+            throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
         }
         return Response()
     }
@@ -338,6 +396,65 @@ final class RequestHandler {
         }
     }
 
+    // MARK: the login slot
+
+    static let noLoginSlot = KeychainError(.itemNotFound, "this keychain has no login slot; add one with `keychain passcode login-slot add`")
+
+    /// A slot to unlock or rewrap with: none is errSecItemNotFound, a stale one
+    /// errSecNotAvailable; neither runs Argon2id nor counts as a wrong password.
+    private func requireCurrent(_ slot: LoginSlot?) throws(KeychainError) {
+        switch slot {
+        case nil: throw Self.noLoginSlot
+        case .stale: throw KeychainError(.notAvailable, "the login slot is stale (the login password changed without it): unlock with the passcode, then `keychain passcode login-slot add`")
+        case .current: break
+        }
+    }
+
+    private func markStale(reason: String) throws(KeychainError) {
+        try store.saveLoginSlot(.stale)
+        log("login slot marked stale: \(reason)")
+    }
+
+    /// As `checkThrottle`, on the login slot's own counter and the same schedule.
+    private func checkLoginThrottle() throws(KeychainError) {
+        let wait = loginThrottle.retryAfter(at: clock.wall())
+        guard wait <= 0 else {
+            throw KeychainError(.authFailed, "too many wrong login passwords (\(loginThrottle.failures)): the login slot opens again in \(Int(wait.rounded(.up))) s; `keychain unlock` with the passcode is not delayed")
+        }
+    }
+
+    private func resetLoginThrottle() {
+        guard loginThrottle.failures > 0 else { return }
+        loginThrottle.succeeded()
+        try? store.saveLoginSlotFailures(0, lastFailure: 0)
+    }
+
+    /// A login-slot check's verdict on the slot's own counter, never the passcode's, and never
+    /// an erase (erase_after_failures counts wrong passcodes only).
+    private func countedLogin(_ outcome: Result<Derivation.Output, KeychainError>,
+                              _ install: (Derivation.Output) throws(KeychainError) -> Void) throws(KeychainError) {
+        do {
+            try install(try outcome.get())
+            resetLoginThrottle()
+        } catch where error.status == .authFailed {
+            loginThrottle.failed(at: clock.wall())
+            try? store.saveLoginSlotFailures(loginThrottle.failures, lastFailure: loginThrottle.lastFailure)
+            log("wrong login password for the login slot (\(loginThrottle.failures) in a row)")
+            let next = PasscodeThrottle.delay(afterFailures: loginThrottle.failures)
+            throw KeychainError(.authFailed, next > 0
+                ? "the login password does not open the login slot; \(loginThrottle.failures) wrong in a row: next attempt in \(Int(next)) s"
+                : "the login password does not open the login slot")
+        }
+    }
+
+    private func loginSlotStatus(at wall: Double) -> AttributeDictionary {
+        [
+            "login_slot": .string(LoginSlot.stateName((try? store.loginSlot()) ?? nil)),
+            "failed_attempts": .int(Int64(loginThrottle.failures)),
+            "retry_after": .int(Int64(loginThrottle.retryAfter(at: wall).rounded(.up))),
+        ]
+    }
+
     /// `forBridge`: the caller is the Secret Service bridge itself (not a caller it speaks
     /// for), which alone is told the generation: it tells every app of a write by any client
     /// of any group, which the bridge turns into one collection-wide signal.
@@ -353,6 +470,11 @@ final class RequestHandler {
             "failed_attempts": .int(Int64(throttle.failures)),
             "retry_after": .int(Int64(throttle.retryAfter(at: wall).rounded(.up))),
         ]
+        // Without a passcode nothing is locked, so there is no login slot to speak of.
+        if store.hasPasscode {
+            info["login_slot"] = .string(LoginSlot.stateName((try? store.loginSlot()) ?? nil))
+            info["login_slot_retry_after"] = .int(Int64(loginThrottle.retryAfter(at: wall).rounded(.up)))
+        }
         if let s = machine.secondsUntilAutoLock(at: mono, hasPasscode: store.hasPasscode) {
             info["auto_lock_in"] = .int(Int64(s.rounded(.up)))
         }

@@ -161,7 +161,7 @@ final class StoreExecutor: Sendable {
             let response = deriving(request, from: caller, policy: policy)
             timerWake.signal()
             switch request {
-            case .unlock:
+            case .unlock, .loginUnlock:
                 // ck, which the sync thread waits for, may be loaded now; rows that waited in
                 // the inbox for a class key can be applied.
                 sync.loop.startIfReady(store: LockedStore(executor: self))

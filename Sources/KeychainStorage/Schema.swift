@@ -162,6 +162,17 @@ public enum Schema {
         );
         ALTER TABLE sync_circle ADD COLUMN rollback TEXT;
         """),
+        // The login slot (issue 26, docs/security.md "The login slot"): the sealed slot, if any,
+        // and its wrong-password counter, apart from the passcode's so that a stale slot tried
+        // at every login never delays the user's own unlock.
+        ("v9: login slot", """
+        CREATE TABLE login_slot(
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            record BLOB,
+            failures INTEGER NOT NULL DEFAULT 0,
+            last_failure REAL NOT NULL DEFAULT 0
+        );
+        """),
     ]
 
     public static var currentVersion: Int { migrations.count }

@@ -169,6 +169,9 @@ public final class ItemStore {
         if change.changesRecord {
             deleted = try database.transaction { () throws(KeychainError) -> Int in
                 try keybagTable.save(change.record.encoded())
+                // Without a passcode nothing is locked: a login slot would only be an offline
+                // verifier of the login password, for nothing.
+                if !change.record.hasPasscode { try LoginSlotTable(database).save(nil) }
                 return change.destroys(.whenPasscodeSetThisDeviceOnly) ? try table.deleteAll(protection: .whenPasscodeSetThisDeviceOnly) : 0
             }
         }
@@ -200,6 +203,7 @@ public final class ItemStore {
             try ReplicaStateTables.deleteAll(database)
             try keybagTable.save(fresh.record.encoded())
             try lockoutTable.save(failures: 0, lastFailure: 0)
+            try LoginSlotTable(database).save(nil)  // it wraps the class keys being replaced
         }
         keybag = fresh
     }
@@ -215,10 +219,10 @@ public final class ItemStore {
         }
     }
 
-    static func checkPasscode(_ passcode: SecretBytes) throws(KeychainError) {
-        guard !passcode.isEmpty else { throw KeychainError(.param, "the passcode is empty") }
+    static func checkPasscode(_ passcode: SecretBytes, what: String = "passcode") throws(KeychainError) {
+        guard !passcode.isEmpty else { throw KeychainError(.param, "the \(what) is empty") }
         guard passcode.count <= maxPasscodeBytes else {
-            throw KeychainError(.param, "the passcode is longer than \(maxPasscodeBytes) bytes")
+            throw KeychainError(.param, "the \(what) is longer than \(maxPasscodeBytes) bytes")
         }
     }
 

@@ -246,8 +246,10 @@ struct ProtocolOperationTableTests {
 
     @Test func noReservedCodeIsServedOrListedTwice() throws {
         let reserved = try Self.rows(after: "### Reserved for the open issues (40 to 63)\n")
-        #expect(reserved.count >= 14, "the reserved table was not found or lost rows: \(reserved)")
         let served = Set(Request.Operation.allCases.map(\.rawValue))
+        // 40-53 are each either still reserved or built (then moved into the main table).
+        #expect(reserved.count + served.filter { (40...53).contains($0) }.count >= 14,
+                "the reserved table was not found or lost rows: \(reserved)")
         #expect(served.isDisjoint(with: reserved.keys), "served and reserved: \(served.intersection(reserved.keys).sorted())")
         #expect(Set(reserved.values).count == reserved.count, "a name reserved twice: \(reserved.values.sorted())")
     }

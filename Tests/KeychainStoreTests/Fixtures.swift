@@ -141,8 +141,15 @@ func undoSchemaV6(_ db: SQLiteDatabase) throws {
     try db.execute("PRAGMA user_version = 5")
 }
 
+/// Takes a database back to schema version 8 (no login slot).
+func undoSchemaV9(_ db: SQLiteDatabase) throws {
+    try db.execute("DROP TABLE login_slot")
+    try db.execute("PRAGMA user_version = 8")
+}
+
 /// Takes a database back to schema version 7 (no remembered heads, no pending rollback).
 func undoSchemaV8(_ db: SQLiteDatabase) throws {
+    try undoSchemaV9(db)
     try db.execute("DROP TABLE sync_heads_seen")
     try db.execute("ALTER TABLE sync_circle DROP COLUMN rollback")
     try db.execute("PRAGMA user_version = 7")
