@@ -1,7 +1,7 @@
 # The two commands of README.md: `make run` and `make test`. Both install what they need.
 SWIFT ?= swift
 
-.PHONY: deps build run test fuzz bench clean man install install-files uninstall deb check-package pkcs11
+.PHONY: deps build run test fuzz bench clean man install install-files uninstall deb check-package pkcs11 pam
 
 # Where `make install` puts things; DESTDIR stages them (packaging). Units go to
 # PREFIX/lib/systemd (systemd reads /usr/local/lib/systemd too); the config goes to
@@ -27,6 +27,12 @@ SHAREDIR = $(PREFIX)/share/keychaind
 PKCS11DIR = $(PREFIX)/lib/pkcs11
 P11KITMODULEDIR ?= $(SYSCONFDIR)/pkcs11/modules
 PRODUCTS = keychaind keychain git-credential-keychain keychain-secret-service
+# The PAM module goes where libpam looks for modules by name, and its pam-auth-update profile
+# where pam-auth-update reads them, whatever the prefix (as the config goes to /etc).
+MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+PAMDIR ?= /usr/lib/$(MULTIARCH)/security
+PAMCONFIGDIR ?= /usr/share/pam-configs
+PAM_MODULE = .build/pam/pam_keychaind.so
 # The Swift runtime is linked in, so the executables run where no Swift toolchain is.
 SWIFT_BUILD_FLAGS = -c $(CONFIGURATION) --static-swift-stdlib
 BUILT = .build/$(CONFIGURATION)
@@ -51,8 +57,15 @@ $(PKCS11_MODULE): $(wildcard pkcs11/*.c pkcs11/*.h pkcs11/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 -Wall -Wextra $(shell pkg-config --cflags p11-kit-1) -o $@ pkcs11/bench.c -ldl -lpthread
 
-build: deps
+build: deps pam
 	$(SWIFT) build
+
+# pam_keychaind.so: plain C against libpam (docs/security.md, "The PAM module").
+pam: $(PAM_MODULE)
+$(PAM_MODULE): pam/pam_keychaind.c
+	mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -fstack-protector-strong -D_FORTIFY_SOURCE=2 \
+		-shared -Wl,-z,relro,-z,now -o $@ $< -lpam
 
 # Runs keychaind in the foreground on its embedded defaults.
 run: deps
@@ -67,7 +80,7 @@ run: deps
 # (scripts/test-pg-cluster). KEYCHAIND_INSECURE_FAST_KDF=1
 # lowers Argon2id to libsodium's minimum for speed; never set it for a real daemon.
 # scripts/fetch-toml-test fetches toml-test's cases (once) for the TOML decoder's tests.
-test: deps
+test: deps pam
 	scripts/fetch-toml-test
 	KEYCHAIND_INSECURE_FAST_KDF=1 SWIFT=$(SWIFT) scripts/swift-test
 	scripts/test-python
@@ -101,7 +114,7 @@ SUBSTITUTE = sed -e 's|@BINDIR@|$(BINDIR)|g' \
 # Every file gets its mode from here, not from the caller's umask: under umask 000 the
 # shell's `>` made world-writable completion scripts. Each file's mode is set with install -m
 # or chmod; the sub-make's umask 022 also closes the moment between `>` and chmod.
-install: deps man
+install: deps man pam
 	umask 022 && $(MAKE) --no-print-directory install-files
 
 install-files:
@@ -132,6 +145,9 @@ install-files:
 	$(BUILT)/keychain completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_keychain
 	$(BUILT)/keychain completion fish > $(DESTDIR)$(FISHCOMPDIR)/keychain.fish
 	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/keychain $(DESTDIR)$(ZSHCOMPDIR)/_keychain $(DESTDIR)$(FISHCOMPDIR)/keychain.fish
+	install -d $(DESTDIR)$(PAMDIR) $(DESTDIR)$(PAMCONFIGDIR)
+	install -m 0644 $(PAM_MODULE) $(DESTDIR)$(PAMDIR)/pam_keychaind.so
+	install -m 0644 pam/pam-config $(DESTDIR)$(PAMCONFIGDIR)/keychaind
 
 # Removes what install put there, except the config file (it may hold local changes).
 uninstall:
@@ -142,6 +158,7 @@ uninstall:
 	for unit in Config/systemd/user/*; do rm -f $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
 	for page in $(notdir $(MANPAGES)); do rm -f $(DESTDIR)$(MANDIR)/man$${page##*.}/$$page; done
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/keychain $(DESTDIR)$(ZSHCOMPDIR)/_keychain $(DESTDIR)$(FISHCOMPDIR)/keychain.fish
+	rm -f $(DESTDIR)$(PAMDIR)/pam_keychaind.so $(DESTDIR)$(PAMCONFIGDIR)/keychaind
 
 # A Debian package, checked by lintian (errors fail the build).
 deb:
