@@ -178,7 +178,7 @@ let commands: [Command] = [
         try c.connection().removePasscode(current: current)
         c.printStatusJSON()
     },
-] + LoginSlotCommands.commands + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands + SyncCommands.commands
+] + [InitCommand.command] + LoginSlotCommands.commands + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands + SyncCommands.commands
 
 extension String {
     var trimmingQuotes: String {

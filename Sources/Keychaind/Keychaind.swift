@@ -12,6 +12,8 @@ struct Keychaind: ParsableCommand {
         commandName: "keychaind",
         abstract: "The keychain daemon: serves SecItem calls over a Unix socket.",
         discussion: """
+        First run for a user: `keychain init` starts keychaind (the user unit where systemd runs one) \
+        and sets how the keychain unlocks, with the login password or a passcode. \
         Runs in the foreground and logs to stderr (with syslog priorities when it is journald's stream). \
         Without flags: as root, state in /var/lib/keychaind and socket /run/keychaind/keychaind.sock; \
         otherwise $XDG_DATA_HOME/keychaind and $XDG_RUNTIME_DIR/keychaind.sock (or /tmp/keychaind-UID/); \
