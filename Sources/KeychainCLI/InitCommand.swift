@@ -37,11 +37,13 @@ enum InitCommand {
         // The user unit when the user has a systemd manager and nothing overrides the defaults:
         // keychaind then starts on first use and at every login.
         if getuid() != 0, c.socket == nil, env("KEYCHAIN_SOCKET") == nil, c.arguments["state-dir"] == nil,
-           run("systemctl", ["--user", "enable", "--now", "keychaind.socket"]) == 0 {
+           run("systemctl", ["--user", "enable", "--now", "keychaind.socket"], quiet: true) == 0 {
             Output.line("keychaind: enabled the user unit keychaind.socket (it starts on first use and after each login)")
             return
         }
-        var arguments = ["--background", "--socket", socket]
+        // keychaind's own default when none was named: it makes the /tmp fallback's directory.
+        var arguments = ["--background"]
+        if c.socket != nil || env("KEYCHAIN_SOCKET") != nil { arguments += ["--socket", socket] }
         if let state = c.arguments["state-dir"] { arguments += ["--state-dir", state] }
         guard run("keychaind", arguments, quiet: true) == 0 else {
             throw KeychainError(.serviceNotAvailable, "could not start keychaind on \(socket): run `keychaind --background --socket \(socket)` to see why")
