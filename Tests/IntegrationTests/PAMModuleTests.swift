@@ -122,7 +122,8 @@ struct PAMModuleTests {
 
     /// The user's keychain (here served by a daemon run as root that makes the user an admin,
     /// as the user's own keychaind is for its user), locked, with a login slot for `password`.
-    func lockedKeychain(for account: TestAccount) throws -> (RunningDaemon, KeychainConnection) {
+    func lockedKeychain(for account: TestAccount, password: String? = nil) throws -> (RunningDaemon, KeychainConnection) {
+        let password = password ?? self.password
         let d = try RunningDaemon(config: "socket_mode = \"0666\"\nadmin_uids = [0, \(account.uid)]")
         let c = KeychainConnection(socketPath: d.socketPath)
         try c.add(item.merging(["v_Data": .data(bytes("s"))]) { $1 })
@@ -333,5 +334,64 @@ enum ServerProcess {
         guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) == 0, cred.pid > 1 else { return }
         kill(cred.pid, SIGTERM)
         for _ in 0..<200 where kill(cred.pid, 0) == 0 { usleep(20_000) }
+    }
+}
+
+/// End to end: a password login over ssh to a private sshd with `UsePAM yes`, under a PAM
+/// service name of its own (sshd takes its program name: a link named sshd-kc) whose stack
+/// pam_wrapper reads from a private directory. Keyboard-interactive is off: it runs PAM's auth in
+/// a forked child, whose PAM data would never reach the session.
+@Suite("pam_keychaind behind a real sshd", .serialized)
+struct SSHDPAMLoginTests {
+    @Test func aPasswordLoginOverSSHUnlocksTheKeychain() throws {
+        let password = "Ssh-pw-123"
+        let account = try TestAccount("kcpam-s", password: password)
+        let (d, c) = try PAMModuleTests().lockedKeychain(for: account, password: password)
+        let dir = d.root + "/sshd"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: dir + "/sshd-kc", withDestinationPath: "/usr/sbin/sshd")
+        _ = try runExecutable("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", dir + "/host_key"], environment: [:], input: [])
+        let stack = try PAMStack("sshd-kc", PAMModuleTests().loginStack(d.socketPath))
+        defer { stack.remove() }
+        let port = SSHDLoginTests.unusedPort()
+        try """
+            ListenAddress 127.0.0.1
+            Port \(port)
+            HostKey \(dir)/host_key
+            PidFile \(dir)/sshd.pid
+            PasswordAuthentication yes
+            KbdInteractiveAuthentication no
+            PubkeyAuthentication no
+            UsePAM yes
+            StrictModes no
+            AllowUsers \(account.name)
+
+            """.write(toFile: dir + "/sshd_config", atomically: true, encoding: .utf8)
+        let log = dir + "/sshd.log"
+        // posix_spawn, not Process: sshd closes every inherited descriptor (SSHDLoginTests).
+        let arguments = [dir + "/sshd-kc", "-D", "-e", "-E", log, "-f", dir + "/sshd_config"]
+        let environment = ["LD_PRELOAD=\(PAMStack.wrapper)", "PAM_WRAPPER=1", "PAM_WRAPPER_SERVICE_DIR=\(stack.directory)"]
+        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
+        var sshd: pid_t = 0
+        guard posix_spawn(&sshd, arguments[0], nil, nil, argv, envp) == 0 else { throw KeychainError(.io, "cannot start sshd") }
+        defer {
+            kill(sshd, SIGTERM)
+            var status: Int32 = 0
+            waitpid(sshd, &status, 0)
+        }
+        for _ in 0..<3000 {
+            if ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("Server listening on 127.0.0.1 port \(port).") { break }
+            usleep(10_000)
+        }
+        let login = try runExecutable("/usr/bin/sshpass", ["-p", password, "ssh", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no",
+                                                           "-o", "UserKnownHostsFile=/dev/null", "-o", "PreferredAuthentications=password",
+                                                           "-o", "PubkeyAuthentication=no", "-p", String(port),
+                                                           "\(account.name)@127.0.0.1", "echo in-as-$(id -un)"],
+                                      environment: ["PATH": "/usr/bin:/bin"], input: [])
+        #expect(login.text.contains("in-as-\(account.name)"), "\(login.stderr) \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+        #expect(try c.status()["state"] == .string("unlocked"))
     }
 }
