@@ -281,7 +281,9 @@ PAM_EXTERN int pam_sm_authenticate(pam_handle_t *pamh, int flags, int argc, cons
         return PAM_IGNORE;
     }
     if (outcome != NOT_RUNNING) {
-        pam_syslog(pamh, LOG_NOTICE, "keychain of %s not unlocked: %s", pw->pw_name, describe(outcome));
+        /* A keychain without a slot is the user's choice, not news at every login. */
+        if (outcome != NO_SLOT || o.debug)
+            pam_syslog(pamh, outcome == NO_SLOT ? LOG_DEBUG : LOG_NOTICE, "keychain of %s not unlocked: %s", pw->pw_name, describe(outcome));
         tell_stale(pamh, outcome);
         return PAM_IGNORE;
     }
@@ -308,8 +310,8 @@ PAM_EXTERN int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, cons
         int outcome = as_user(pamh, &o, pw, OP_LOGIN_UNLOCK, NULL, data);
         if (outcome == DONE)
             pam_syslog(pamh, LOG_INFO, "unlocked the keychain of %s", pw->pw_name);
-        else
-            pam_syslog(pamh, LOG_NOTICE, "keychain of %s not unlocked: %s", pw->pw_name, describe(outcome));
+        else if (outcome != NO_SLOT || o.debug)
+            pam_syslog(pamh, outcome == NO_SLOT ? LOG_DEBUG : LOG_NOTICE, "keychain of %s not unlocked: %s", pw->pw_name, describe(outcome));
         tell_stale(pamh, outcome);
     }
     pam_set_data(pamh, DATA_PASSWORD, NULL, NULL); /* runs wipe_password on the copy */
