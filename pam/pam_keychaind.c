@@ -191,6 +191,15 @@ static int as_user(pam_handle_t *pamh, const struct options *o, const struct pas
     char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
     if (socket_path(o, pw->pw_uid, path, sizeof path) != 0) return NOT_RUNNING;
 
+    /* The user's groups are looked up here, before the fork: a host with threads (gdm, a
+     * screen locker) may hold an NSS or malloc lock that the child would wait on forever. */
+    gid_t groups[256];
+    int ngroups = (int)(sizeof groups / sizeof groups[0]);
+    if (getgrouplist(pw->pw_name, pw->pw_gid, groups, &ngroups) < 0) {
+        pam_syslog(pamh, LOG_ERR, "the user is in %d groups, more than the 256 this module takes", ngroups);
+        return FAILED;
+    }
+
     /* An application that ignores SIGCHLD would have the child reaped before waitpid. */
     struct sigaction dfl = { .sa_handler = SIG_DFL }, saved;
     sigemptyset(&dfl.sa_mask);
@@ -203,7 +212,7 @@ static int as_user(pam_handle_t *pamh, const struct options *o, const struct pas
     }
     if (child == 0) {
         /* Never back to the caller's ids: groups, gid, then uid, and check that root is gone. */
-        if (initgroups(pw->pw_name, pw->pw_gid) != 0 || setresgid(pw->pw_gid, pw->pw_gid, pw->pw_gid) != 0
+        if (setgroups((size_t)ngroups, groups) != 0 || setresgid(pw->pw_gid, pw->pw_gid, pw->pw_gid) != 0
             || setresuid(pw->pw_uid, pw->pw_uid, pw->pw_uid) != 0
             || (pw->pw_uid != 0 && (setuid(0) == 0 || seteuid(0) == 0)))
             _exit(FAILED);

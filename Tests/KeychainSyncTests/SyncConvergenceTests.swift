@@ -23,11 +23,11 @@ struct SyncConvergenceTests {
         query["r_Data"] = .bool(true)
         // The tests' one synced item: none held is nil, any other failure throws.
         guard try d.syncedItems() > 0 else { return nil }
-        guard case .single(.data(let data)) = try d.store.copyMatching(query, scope: SyncEngineTests.scope) else { return nil }
+        guard case .single(.data(let data)) = try d.store.items.copyMatching(query, scope: SyncEngineTests.scope) else { return nil }
         return String(decoding: Array(data), as: UTF8.self)
     }
 
-    static func delete(_ d: TestDevice) throws { try d.store.delete(item, scope: SyncEngineTests.scope) }
+    static func delete(_ d: TestDevice) throws { try d.store.items.delete(item, scope: SyncEngineTests.scope) }
 
     /// A third device approved now, after its first pass.
     static func newcomer(_ cluster: TestCluster, approvedBy a: TestDevice) throws -> TestDevice {
@@ -66,7 +66,7 @@ struct SyncConvergenceTests {
         try engineA.pass(a.database)
         try engineB.pass(b.database)
         let old = try Self.capture(a)
-        try a.store.update(Self.item, changes: ["v_Data": .data(Array("new secret".utf8))], scope: SyncEngineTests.scope)
+        try a.store.items.update(Self.item, changes: ["v_Data": .data(Array("new secret".utf8))], scope: SyncEngineTests.scope)
         try engineA.pass(a.database)
         try engineB.pass(b.database)
         #expect(try Self.secret(b) == "new secret")
@@ -91,7 +91,7 @@ struct SyncConvergenceTests {
         try SyncEngineTests.add(a, "deploy", "first")
         try engineA.pass(a.database)
         try engineB.pass(b.database)
-        try b.store.update(Self.item, changes: ["v_Data": .data(Array("second".utf8))], scope: SyncEngineTests.scope)
+        try b.store.items.update(Self.item, changes: ["v_Data": .data(Array("second".utf8))], scope: SyncEngineTests.scope)
         try engineB.pass(b.database)
         #expect(engineB.totals.repushed == 0)
         try engineA.pass(a.database)
@@ -222,7 +222,7 @@ struct SyncConvergenceTests {
         for d in [a, b] {
             try SyncEngineTests.add(d, d === a ? "a" : "b", "secret")
             try Self.engine(d).pass(d.database)
-            try d.store.delete(["class": .string("genp"), "sync": .int(1)], scope: SyncEngineTests.scope)
+            try d.store.items.delete(["class": .string("genp"), "sync": .int(1)], scope: SyncEngineTests.scope)
             try Self.engine(d).pass(d.database)
             #expect(try LocalTombstones(d.store.replica).count() == 1)
         }
