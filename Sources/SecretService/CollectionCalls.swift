@@ -16,8 +16,13 @@ extension SecretServiceBridge {
 
     /// The records of `sender`'s created collections, from the cache or one keychaind call.
     func collectionRecords(_ sender: String) throws -> [CollectionRecord] {
+        try recordSet(sender).created
+    }
+
+    /// The caller's records (created collections, login's label), from the cache or one keychaind call.
+    func recordSet(_ sender: String) throws -> CollectionRecordSet {
         let cached = try cachedRead(.collectionRecords, sender: sender) { .collectionRecords(try created(sender).all()) }
-        guard case .collectionRecords(let records) = cached else { return [] }
+        guard case .collectionRecords(let records) = cached else { return CollectionRecordSet() }
         return records
     }
 
@@ -107,11 +112,25 @@ extension SecretServiceBridge {
         return [.objectPath("/")]
     }
 
+    /// Collection.Label is read-write for every collection (spec 0.2). login's is kept in a
+    /// record in keychaind for the caller (its first group), the session collection's in the
+    /// bridge's memory for the caller's first group, a created collection's in its own record.
     func setCollectionLabel(_ collection: CollectionName, _ value: BusValue, sender: String) throws {
-        guard case .created(let id) = collection else { throw BusErrorReply.propertyReadOnly("Label") }
         guard let label = value.stringValue else { throw BusErrorReply.invalidArgs("Label is a string") }
-        try created(sender).setLabel(try requireCreated(id, sender), label)
-        createdModified[id] = UInt64(Date().timeIntervalSince1970)
+        guard label.utf8.count <= KeychainLimits.maxAttributeBytes else {
+            throw BusErrorReply.invalidArgs("a label is at most \(KeychainLimits.maxAttributeBytes) bytes")
+        }
+        switch collection {
+        case .login:
+            try created(sender).setLoginLabel(label, existing: try recordSet(sender).loginLabel)
+            loginModified = UInt64(Date().timeIntervalSince1970)
+        case .session:
+            guard let group = try groups(sender).first else { throw BusErrorReply.accessDenied("keychaind gives this caller no access group") }
+            try sessionLabels.set(label, for: group)
+        case .created(let id):
+            try created(sender).setLabel(try requireCreated(id, sender), label)
+            createdModified[id] = UInt64(Date().timeIntervalSince1970)
+        }
         readCache.removeAll()
         do {
             try bus.emitSignal(path: collection.path, interface: Self.propertiesInterface, member: "PropertiesChanged",
@@ -127,10 +146,12 @@ extension SecretServiceBridge {
         var values: [String: BusValue]
         switch collection {
         case .login:
-            values = ["Label": .string("Login"), "Created": .uint64(0), "Modified": .uint64(loginModified)]
+            let label = only == nil || only == "Label" ? try recordSet(sender).loginLabel?.label ?? "Login" : "Login"
+            values = ["Label": .string(label), "Created": .uint64(0), "Modified": .uint64(loginModified)]
             if only == nil || only == "Locked" { values["Locked"] = .bool(try keychainState() != "unlocked") }
         case .session:
-            values = ["Label": .string("Session"), "Locked": .bool(false), "Created": .uint64(0), "Modified": .uint64(0)]
+            let label = only == nil || only == "Label" ? sessionLabels.label(for: try groups(sender).first) : "Session"
+            values = ["Label": .string(label), "Locked": .bool(false), "Created": .uint64(0), "Modified": .uint64(0)]
         case .created(let id):
             let record = try requireCreated(id, sender)
             values = ["Label": .string(record.label), "Created": .uint64(record.created),

@@ -17,6 +17,20 @@ struct CollectionRecord: Sendable, Equatable {
     func holds(alias: String) -> Bool { attributes[CreatedCollections.aliasAttribute(alias)] != nil }
 }
 
+/// The login collection's label as a client set it: a record like a created collection's, with
+/// `collection=login`, so that it is kept per app (in its first group), outlives the bridge and
+/// travels in backups.
+struct LoginLabelRecord: Sendable, Equatable {
+    let persistentRef: [UInt8]
+    let label: String
+}
+
+/// Everything one keychaind call of the caller's records gives.
+struct CollectionRecordSet: Sendable {
+    var created: [CollectionRecord] = []
+    var loginLabel: LoginLabelRecord?
+}
+
 /// The collections clients create (Service.CreateCollection), kept in keychaind so that they
 /// outlive the bridge and keychaind and travel in backups (docs/secret-service.md, "Created
 /// collections"). Each has a record: a Secret Service item of the reserved collection
@@ -31,6 +45,9 @@ struct CreatedCollections {
     static let records = "collections"
     static let recordSchema = "org.keychaind.SecretService.Collection"
     static let idAttribute = "collection"
+    /// The `collection` of the record holding login's label (not 32 hex, so no created
+    /// collection has it).
+    static let loginRecordID = "login"
     /// The aliases that always name the same collection (default is the one a client moves).
     static let fixedAliases: Set<String> = ["login", "session"]
     /// Created collections per caller: each costs a keychaind search in every Service.SearchItems.
@@ -44,7 +61,7 @@ struct CreatedCollections {
 
     /// The caller's records, oldest first: one keychaind call. Before keychaind's first unlock
     /// they cannot be opened, and the caller has no created collections until then.
-    func all() throws(KeychainError) -> [CollectionRecord] {
+    func all() throws(KeychainError) -> CollectionRecordSet {
         let result: QueryResult
         do {
             result = try keychain.copyMatching([
@@ -52,19 +69,39 @@ struct CreatedCollections {
                 "r_PersistentRef": .bool(true), "m_Limit": .string("m_LimitAll"),
             ])
         } catch where error.status == .itemNotFound || error.status == .interactionNotAllowed {
-            return []
+            return CollectionRecordSet()
         }
-        guard case .list(let items) = result else { return [] }
+        guard case .list(let items) = result else { return CollectionRecordSet() }
         var records: [CollectionRecord] = []
+        var loginLabel: (record: LoginLabelRecord, modified: UInt64)?
         for case .attributes(let attributes) in items {
             guard case .data(let ref)? = attributes["v_PersistentRef"], case .data(let xsat)? = attributes["xsat"],
-                  let pairs = try? SecretServiceAttributes(encoded: Array(xsat)).dictionary,
-                  let id = pairs[Self.idAttribute].flatMap(ItemID.init(hex:)) else { continue }
+                  let pairs = try? SecretServiceAttributes(encoded: Array(xsat)).dictionary else { continue }
+            if pairs[Self.idAttribute] == Self.loginRecordID {
+                // Two bridges setting it at once could add two: the newest wins.
+                let modified = Self.unixTime(attributes["mdat"])
+                if loginLabel == nil || modified >= loginLabel!.modified {
+                    loginLabel = (LoginLabelRecord(persistentRef: Array(ref), label: attributes["labl"]?.stringValue ?? ""), modified)
+                }
+                continue
+            }
+            guard let id = pairs[Self.idAttribute].flatMap(ItemID.init(hex:)) else { continue }
             records.append(CollectionRecord(persistentRef: Array(ref), id: id, label: attributes["labl"]?.stringValue ?? "",
                                             created: Self.unixTime(attributes["cdat"]), modified: Self.unixTime(attributes["mdat"]),
                                             attributes: pairs))
         }
-        return records.sorted { ($0.created, $0.id.hex) < ($1.created, $1.id.hex) }
+        return CollectionRecordSet(created: records.sorted { ($0.created, $0.id.hex) < ($1.created, $1.id.hex) },
+                                   loginLabel: loginLabel?.record)
+    }
+
+    /// Sets the login collection's label for the caller: its record rewritten, or added.
+    func setLoginLabel(_ label: String, existing: LoginLabelRecord?) throws(KeychainError) {
+        if let existing {
+            try keychain.update(["v_PersistentRef": .data(existing.persistentRef)], ["labl": .string(label)])
+            return
+        }
+        _ = try store.create(label: label, attributes: try SecretServiceAttributes(["xdg:schema": Self.recordSchema, Self.idAttribute: Self.loginRecordID]),
+                             contentType: "text/plain", secret: .empty, replace: false)
     }
 
     /// A new collection with a random id, holding `alias` if it is not empty.

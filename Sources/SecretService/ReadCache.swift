@@ -29,7 +29,7 @@ struct ReadCache {
 
     enum Value {
         case properties([String: BusValue])
-        case collectionRecords([CollectionRecord])
+        case collectionRecords(CollectionRecordSet)
     }
 
     private struct Entries {

@@ -23,6 +23,7 @@ public final class SecretServiceBridge {
     let protection: String
     var sessions = SessionTable()
     var sessionItems = SessionCollection()
+    var sessionLabels = SessionLabels()
     /// Who each connection is, found out at its first call and dropped when it leaves the bus.
     var callers: [String: KnownCaller] = [:]
     /// The login collection's Modified: the bridge's last change to it.

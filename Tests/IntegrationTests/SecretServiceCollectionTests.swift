@@ -109,6 +109,49 @@ struct SecretServiceCollectionTests {
         #expect(deleted.lines.first == "org.freedesktop.Secret.Service.CollectionDeleted /org/freedesktop/secrets \(path)", "\(deleted.lines)")
     }
 
+    /// The specification makes Collection.Label read-write; SecretStorage's own suite relabels
+    /// the default collection (login) and puts the label back.
+    @Test func loginsLabelIsWritableAndOutlivesTheBridge() throws {
+        let setup = try SecretServiceSetup()
+        #expect(try setup.pythonJSON("created_collections.py", ["probe", Self.login, "x"])["label"] as? String == "Login")
+        #expect(try setup.pythonJSON("created_collections.py", ["set-label", Self.login, "My keys"])["error"] is NSNull)
+        #expect(try setup.pythonJSON("created_collections.py", ["probe", Self.login, "x"])["label"] as? String == "My keys")
+        _ = try setup.startedBridge(["--replace"])
+        #expect(try setup.bridges[0].exitStatus() == 0)
+        #expect(try setup.pythonJSON("created_collections.py", ["probe", Self.login, "x"])["label"] as? String == "My keys")
+        // Set again: the one record is rewritten, not a second one added.
+        #expect(try setup.pythonJSON("created_collections.py", ["set-label", Self.login, "Login"])["error"] is NSNull)
+        #expect(try setup.pythonJSON("created_collections.py", ["probe", Self.login, "x"])["label"] as? String == "Login")
+        let records = try setup.daemon.cli(["list"]).text.components(separatedBy: "secret-service:collections").count - 1
+        #expect(records == 1)
+    }
+
+    @Test func theSessionCollectionsLabelIsWritableForTheBridgesLifetime() throws {
+        let setup = try SecretServiceSetup()
+        let session = "/org/freedesktop/secrets/collection/session"
+        #expect(try setup.pythonJSON("created_collections.py", ["set-label", session, "Scratch"])["error"] is NSNull)
+        #expect(try setup.pythonJSON("created_collections.py", ["probe", session, "x"])["label"] as? String == "Scratch")
+    }
+
+    /// One app's relabel of login is its own: kept in its group, not shown to another app.
+    @Test func loginsLabelSetByOneAppIsNotAnothersTheConfigSeparates() throws {
+        let (a, b, setup) = try SecretServiceItemTests.twoPythons(config: { a, b in """
+            [[app]]
+            id = "app.a"
+            uids = [\(getuid())]
+            executables = ["\(a)"]
+            groups = ["app.a"]
+            [[app]]
+            id = "app.b"
+            uids = [\(getuid())]
+            executables = ["\(b)"]
+            groups = ["app.b"]
+            """ })
+        #expect(try setup.pythonJSON("created_collections.py", ["set-label", Self.login, "A's login"], interpreter: a)["error"] is NSNull)
+        #expect(try setup.pythonJSON("created_collections.py", ["probe", Self.login, "x"], interpreter: a)["label"] as? String == "A's login")
+        #expect(try setup.pythonJSON("created_collections.py", ["probe", Self.login, "x"], interpreter: b)["label"] as? String == "Login")
+    }
+
     /// Each created collection costs a keychaind search in every Service.SearchItems of its app.
     @Test func anAppMayCreateAtMost64Collections() throws {
         let setup = try SecretServiceSetup()

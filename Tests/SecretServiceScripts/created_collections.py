@@ -13,6 +13,8 @@
 #   locked PATH NAME        -> {"collection": its Locked, "locked": locked items with owner=NAME
 #                              (Service.SearchItems), "secret": the D-Bus error of their GetSecret}
 #   set-alias NAME PATH     -> {}: SetAlias(NAME, PATH) ("/" clears)
+#   set-label PATH LABEL    -> {"error": the D-Bus error of Set(Label) on the collection at PATH,
+#                              or null}
 #   probe PATH NAME         -> what this process sees: {"listed": PATH in Collections,
 #                              "label": its Label or the D-Bus error, "search": items with
 #                              owner=NAME in it or the D-Bus error, "default": ReadAlias(default),
@@ -122,6 +124,9 @@ def main():
     elif command == "set-alias":
         service(conn).call("SetAlias", "so", sys.argv[2], sys.argv[3])
         print(json.dumps({}))
+    elif command == "set-label":
+        error = dbus_error(lambda: Collection(conn, sys.argv[2]).set_label(sys.argv[3]))
+        print(json.dumps({"error": error}))
     elif command == "probe":
         path, name = sys.argv[2], sys.argv[3]
         listed = path in service(conn).get_property("Collections")

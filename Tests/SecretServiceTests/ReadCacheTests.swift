@@ -25,7 +25,7 @@ struct ReadCacheTests {
     @Test func anotherExecutableOnTheConnectionDropsItsEntries() {
         var cache = ReadCache()
         cache.store(label, key, of: ":1.5", executable: first, now: 100)
-        cache.store(.collectionRecords([]), .collectionRecords, of: ":1.5", executable: first, now: 100)
+        cache.store(.collectionRecords(CollectionRecordSet()), .collectionRecords, of: ":1.5", executable: first, now: 100)
         #expect(cache.value(key, of: ":1.5", executable: ExecutableStamp(device: 1, inode: 11), now: 100) == nil)
         // Dropped, not hidden: the first executable's stamp no longer finds them either.
         #expect(cache.value(key, of: ":1.5", executable: first, now: 100) == nil)
@@ -45,7 +45,7 @@ struct ReadCacheTests {
     @Test func aStoreUnderAnotherExecutableReplacesTheConnectionsEntries() {
         var cache = ReadCache()
         let second = ExecutableStamp(device: 2, inode: 10)
-        cache.store(.collectionRecords([]), .collectionRecords, of: ":1.5", executable: first, now: 100)
+        cache.store(.collectionRecords(CollectionRecordSet()), .collectionRecords, of: ":1.5", executable: first, now: 100)
         cache.store(label, key, of: ":1.5", executable: second, now: 100)
         #expect(cache.value(.collectionRecords, of: ":1.5", executable: second, now: 100) == nil)
         #expect(label(cache.value(key, of: ":1.5", executable: second, now: 100)) == "mine")
