@@ -44,6 +44,8 @@ final class AuditLog: Sendable {
             fields.append(("via", JSONText.quote("secret-service")))
             fields.append(("bridge_pid", String(bridgePID)))
         }
+        // The portal is the caller; the sandboxed app it asked for is who the secret is for.
+        if let appID = Self.portalApp(of: request) { fields.append(("portal_app", JSONText.quote(appID))) }
         if let query = Self.query(of: request) {
             if case .string(let cls)? = query["class"] { fields.append(("class", JSONText.quote(cls))) }
             // The group the call named; else where an add goes, or "*" for all of the caller's.
@@ -75,6 +77,14 @@ final class AuditLog: Sendable {
             }
         }
         if let news { log(news) }
+    }
+
+    private static func portalApp(of request: Request) -> String? {
+        switch request {
+        case .portalSecret(let appID): appID
+        case .asCaller(_, _, let inner): portalApp(of: inner)
+        default: nil
+        }
     }
 
     private static func query(of request: Request) -> AttributeDictionary? {

@@ -135,6 +135,10 @@ struct SecretServiceCommand: ParsableCommand {
                !owner.contains("keychain-secret-service") {
                 print("\(SecretServiceBridge.busName) is owned now by \(owner): clients reach the bridge after you log out and in again, or at once with keychain-secret-service --replace")
             }
+            // xdg-desktop-portal 1.16 reads portal files from /usr/share alone, which a user
+            // cannot write; GNOME's (gnome-keyring.portal) names org.freedesktop.secrets, which
+            // the bridge answers too (docs/secret-service.md, "The portal backend").
+            print("sandboxed apps (the desktop portal): on GNOME, gnome-keyring.portal sends them to \(SecretServiceBridge.busName), so to keychaind while this bridge owns it; elsewhere see docs/secret-service.md, \"Choosing the backend\"")
         } catch {
             fail(error.message)
         }

@@ -383,6 +383,23 @@ struct SecretServiceBridgeTests {
     }
 }
 
+extension SecretServiceBridgeTests {
+    /// The portal process is the caller keychaind sees; the line must also say which app's
+    /// secret it was given.
+    @Test func theAuditLineOfAPortalSecretNamesTheAppID() throws {
+        let path = "/tmp/kc-audit-portal-\(getpid()).jsonl"
+        defer { unlink(path) }
+        let sleep = Self.realPath("/usr/bin/sleep")
+        let d = try daemon("portal_executables = [\"\(sleep)\"]\naudit_log = \"\(path)\"")
+        let portal = try Callee(sleep)
+        _ = try KeychainConnection(socketPath: d.socketPath).onBehalf(of: portal.identity).portalSecret(appID: "org.example.Audited")
+        d.stop()
+        let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").filter { $0.contains("portalSecret") }
+        #expect(lines.count == 1 && lines[0].contains("\"portal_app\":\"org.example.Audited\""), "\(lines)")
+        #expect(lines.first?.contains("\"pid\":\(portal.identity.pid)") == true, "\(lines)")
+    }
+}
+
 private extension SecretServiceBridgeTests {
     /// A directory for programs a config must name before the daemon starts.
     static func scratchDirectory() throws -> String {

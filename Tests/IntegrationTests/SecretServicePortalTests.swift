@@ -33,6 +33,17 @@ struct SecretServicePortalTests {
         #expect(again.text.contains(secrets[0]))
     }
 
+    /// On GNOME, xdg-desktop-portal 1.16 picks gnome-keyring.portal (by name, before
+    /// keychain.portal), whose DBusName is org.freedesktop.secrets: while the bridge owns that
+    /// name, the portal's call reaches keychaind all the same.
+    @Test func thePortalReachesTheBackendThroughTheSecretServiceNameAsGnomeKeyringsFileSays() throws {
+        let setup = try Self.setup()
+        let result = try setup.python("portal.py", ["claim-gnome", "org.example.One"])
+        let answers = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [[String: Any]], "\(result.stderr)")
+        #expect(answers.first?["response"] as? Int == 0, "\(answers)")
+        #expect((answers.first?["secret"] as? String)?.count == 128, "\(answers)")
+    }
+
     @Test func aCallerThatDoesNotOwnThePortalNameIsRefused() throws {
         let setup = try Self.setup()
         let result = try setup.python("portal.py", ["noclaim", "org.example.One"])

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # Plays xdg-desktop-portal against the bridge's portal backend, for
 # Tests/IntegrationTests/SecretServicePortalTests.swift. Arguments: "claim" or "noclaim" (whether
-# to own org.freedesktop.portal.Desktop first), then app ids. For each app id it calls
+# to own org.freedesktop.portal.Desktop first), or "claim-gnome" (claim, then call the backend at
+# org.freedesktop.secrets, as gnome-keyring.portal has xdg-desktop-portal do), then app ids. For each app id it calls
 # RetrieveSecret with a pipe and prints one JSON list of {"response": u, "secret": hex} or
 # {"error": name}.
 import json
@@ -16,8 +17,11 @@ BUS = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", inte
 BACKEND = DBusAddress("/org/freedesktop/portal/desktop", bus_name="org.freedesktop.impl.portal.desktop.keychain",
                       interface="org.freedesktop.impl.portal.Secret")
 
+if sys.argv[1] == "claim-gnome":
+    BACKEND = DBusAddress("/org/freedesktop/portal/desktop", bus_name="org.freedesktop.secrets",
+                          interface="org.freedesktop.impl.portal.Secret")
 conn = open_dbus_connection(bus="SESSION", enable_fds=True)
-if sys.argv[1] == "claim":
+if sys.argv[1] in ("claim", "claim-gnome"):
     answer = unwrap_msg(conn.send_and_get_reply(new_method_call(BUS, "RequestName", "su", ("org.freedesktop.portal.Desktop", 4))))[0]
     assert answer == 1, answer
 results = []
