@@ -11,6 +11,14 @@ import KeychainModel
 struct BusCaller: Sendable, Hashable {
     let pid: Int32
     let startTime: UInt64
+    /// The executable file it ran when the bridge first looked.
+    let executable: ExecutableStamp
+}
+
+/// What a process is now, read through one /proc/PID directory: its start time and executable.
+struct ProcessNow: Equatable {
+    let startTime: UInt64
+    let executable: ExecutableStamp
 }
 
 /// Finds out who a connection is (design §2.2, bridge side): the bus's record of uid and pid,
@@ -25,16 +33,38 @@ enum BusCallerReader {
         guard uid == getuid() else {
             throw .accessDenied("this Secret Service serves uid \(getuid()) only; \(uniqueName) is uid \(uid)")
         }
-        let directory = open("/proc/\(pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directory >= 0 else { throw exited(uniqueName, pid) }
-        defer { close(directory) }
-        guard let startTime = startTime(in: directory) else { throw exited(uniqueName, pid) }
+        guard let now = processNow(pid: Int32(pid)) else { throw exited(uniqueName, pid) }
         // With a pidfd from the bus, the process it names must be the one just read: its
         // fdinfo shows the pid, or -1 once it has exited.
         if let fd = credentials.processFD, pidOfPidfd(fd) != Int32(pid) {
             throw exited(uniqueName, pid)
         }
-        return BusCaller(pid: Int32(pid), startTime: startTime)
+        return BusCaller(pid: Int32(pid), startTime: now.startTime, executable: now.executable)
+    }
+
+    /// The start time and executable of `pid`, both read through one /proc/PID directory
+    /// opened first, so that both are of one process even if the pid is reused meanwhile. Nil
+    /// once it has exited (or is a zombie).
+    static func processNow(pid: Int32) -> ProcessNow? {
+        let directory = open("/proc/\(pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { return nil }
+        defer { close(directory) }
+        var info = stat()
+        guard let startTime = startTime(in: directory), fstatat(directory, "exe", &info, 0) == 0 else { return nil }
+        return ProcessNow(startTime: startTime, executable: ExecutableStamp(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+    }
+
+    /// Checks, on every call, that the connection's process is still the one first seen and
+    /// still runs the executable it ran then: one that exec'd another program while keeping
+    /// the connection (or handed it to a child before doing so) speaks no more for anyone.
+    static func recheck(_ caller: BusCaller, uniqueName: String) throws(BusErrorReply) {
+        guard let now = processNow(pid: caller.pid), now.startTime == caller.startTime else {
+            throw exited(uniqueName, UInt32(caller.pid))
+        }
+        guard now.executable == caller.executable else {
+            BridgeLog.error("refused \(uniqueName) (pid \(caller.pid)): it runs another executable than when the bridge first saw it")
+            throw .accessDenied("the process that opened \(uniqueName) (pid \(caller.pid)) runs another program than when it connected; connect again")
+        }
     }
 
     /// Field 22 of `stat` in the /proc directory `directory`: parsed after the last ')', since

@@ -89,7 +89,8 @@ extension SecretServiceBridge {
                 noteModified(collection)
             case .session:
                 created = try sessionItems.create(label: label, attributes: pairs, contentType: secret.contentType,
-                                                  secret: secret.value, replace: replace, groups: try groups(sender))
+                                                  secret: secret.value, replace: replace, groups: try groups(sender),
+                                                  app: try caller(sender).app)
             }
             let path = collection.itemPath(created.id)
             itemsChanged(collection, created.replaced ? "ItemChanged" : "ItemCreated", path)

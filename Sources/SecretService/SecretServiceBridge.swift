@@ -71,9 +71,13 @@ public final class SecretServiceBridge {
         try bus.addFallback(SecretObjectPath.root) { [unowned self] in handle($0) }
         try bus.onSignal(sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                          member: "NameOwnerChanged") { [unowned self] signal in
-            guard let name = try? signal.readString(), let _ = try? signal.readString(),
-                  let newOwner = try? signal.readString(), newOwner.isEmpty, name.hasPrefix(":") else { return }
-            connectionLeft(name)
+            guard let name = try? signal.readString(), let oldOwner = try? signal.readString(),
+                  let newOwner = try? signal.readString(), name.hasPrefix(":") else { return }
+            if newOwner.isEmpty {
+                connectionLeft(name)
+            } else if oldOwner.isEmpty {
+                connectionJoined(name)
+            }
         }
         try bus.onSignal(sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                          member: "NameLost") { [unowned self] signal in
@@ -127,6 +131,17 @@ public final class SecretServiceBridge {
             guard r >= 0 || errno == EINTR else {
                 throw SystemCallError.current("poll").keychainError("cannot wait for the bus")
             }
+        }
+    }
+
+    /// A connection joined the bus: who it is and what it runs are taken now, before its first
+    /// call, so that a process that execs another program after connecting is caught by the
+    /// check on every call (BusCallerReader.recheck). dbus-daemon 1.14 gives no pidfd and
+    /// no word of an exec: one that happens before this runs goes unseen (docs/security.md).
+    func connectionJoined(_ uniqueName: String) {
+        guard callers[uniqueName] == nil, (try? bus.uniqueName) != uniqueName else { return }
+        if let known = try? caller(uniqueName) {
+            BridgeLog.debug("\(uniqueName) joined the bus: pid \(known.identity.pid)")
         }
     }
 
@@ -214,7 +229,10 @@ public final class SecretServiceBridge {
     /// The caller behind `sender`, identified once per connection.
     @discardableResult
     func caller(_ sender: String) throws(BusErrorReply) -> KnownCaller {
-        if let known = callers[sender] { return known }
+        if let known = callers[sender] {
+            try BusCallerReader.recheck(known.process, uniqueName: sender)
+            return known
+        }
         let credentials: BusCredentials
         do {
             credentials = try bus.credentials(of: sender)
@@ -222,7 +240,7 @@ public final class SecretServiceBridge {
             throw .accessDenied("the bus has no credentials for \(sender)")
         }
         let caller = try BusCallerReader.identify(credentials, uniqueName: sender)
-        let known = KnownCaller(identity: CallerIdentity(pid: caller.pid, startTime: caller.startTime))
+        let known = KnownCaller(process: caller)
         callers[sender] = known
         return known
     }
@@ -276,7 +294,7 @@ public final class SecretServiceBridge {
         case (.service, Self.serviceInterface, "OpenSession"):
             let algorithm = try call.readString()
             guard let input = try call.readValue().variantContents else { throw BusErrorReply.invalidArgs("OpenSession's input is not a variant") }
-            let (output, sessionPath) = try sessions.open(algorithm: algorithm, input: input, owner: sender)
+            let (output, sessionPath) = try sessions.open(algorithm: algorithm, input: input, owner: sender, app: try caller(sender).app)
             return [.variant(output), .objectPath(sessionPath)]
         case (.session(let sessionPath), Self.sessionInterface, "Close"):
             try sessions.close(sessionPath, of: sender)
@@ -322,7 +340,11 @@ public final class SecretServiceBridge {
 
 }
 
-/// What the bridge knows of a connection: the process that opened it.
+/// What the bridge knows of a connection: the process that opened it, as first seen.
 struct KnownCaller {
-    let identity: CallerIdentity
+    let process: BusCaller
+
+    var identity: CallerIdentity { CallerIdentity(pid: process.pid, startTime: process.startTime) }
+    /// Whose share of sessions and of the session collection its use counts against.
+    var app: ExecutableStamp { process.executable }
 }

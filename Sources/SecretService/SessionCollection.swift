@@ -13,9 +13,14 @@ struct SessionCollection {
     /// What all items may hold together: secrets, labels, attributes and content types, so
     /// that no field a client sends can grow the bridge without bound.
     static let maxBytes = 16 << 20
+    /// One app's (executable's) share of each, so that its flood leaves room for the others.
+    static let maxItemsPerApp = 256
+    static let maxBytesPerApp = 4 << 20
 
     struct Item {
         let group: String
+        /// The executable that created it, whose share it counts against.
+        let app: ExecutableStamp
         var label: String
         var attributes: SecretServiceAttributes
         var contentType: String
@@ -41,6 +46,7 @@ struct SessionCollection {
     private(set) var items: [String: Item] = [:]
     private var byPair: [String: Set<String>] = [:]
     private var heldBytes = 0
+    private var held: [ExecutableStamp: (items: Int, bytes: Int)] = [:]
 
     var isEmpty: Bool { items.isEmpty }
 
@@ -73,7 +79,7 @@ struct SessionCollection {
     /// CreateItem: a new item in the caller's first group, or with `replace` the caller's
     /// oldest item with exactly these attributes rewritten.
     mutating func create(label: String, attributes: SecretServiceAttributes, contentType: String, secret: SecretBytes,
-                         replace: Bool, groups: [String]) throws(KeychainError) -> (id: String, replaced: Bool) {
+                         replace: Bool, groups: [String], app: ExecutableStamp) throws(KeychainError) -> (id: String, replaced: Bool) {
         guard let group = groups.first else {
             throw KeychainError(.missingEntitlement, "keychaind gives this caller no access group")
         }
@@ -85,14 +91,14 @@ struct SessionCollection {
             item.secret = secret
             item.modified = now
             try item.checkLimits()
-            try reserve(item.size - before, items: 0)
+            try reserve(item.size - before, items: 0, app: item.app)
             items[id] = item
             return (id, true)
         }
-        let item = Item(group: group, label: label, attributes: attributes, contentType: contentType, secret: secret,
+        let item = Item(group: group, app: app, label: label, attributes: attributes, contentType: contentType, secret: secret,
                         created: now, modified: now)
         try item.checkLimits()
-        try reserve(item.size, items: 1)
+        try reserve(item.size, items: 1, app: app)
         var random = [UInt8](repeating: 0, count: 16)
         arc4random_buf(&random, random.count)
         let id = "s" + random.map { String(format: "%02x", $0) }.joined()
@@ -106,7 +112,7 @@ struct SessionCollection {
         let before = item
         change(&item)
         try item.checkLimits()
-        try reserve(item.size - before.size, items: 0)
+        try reserve(item.size - before.size, items: 0, app: item.app)
         item.modified = UInt64(Date().timeIntervalSince1970)
         unindex(id, before.attributes)
         items[id] = item
@@ -117,10 +123,20 @@ struct SessionCollection {
         let item = try item(id, groups: groups)
         unindex(id, item.attributes)
         heldBytes -= item.size
+        held[item.app, default: (0, 0)].items -= 1
+        held[item.app, default: (0, 0)].bytes -= item.size
+        if held[item.app]?.items == 0 { held[item.app] = nil }
         items[id] = nil
     }
 
-    private mutating func reserve(_ bytes: Int, items count: Int) throws(KeychainError) {
+    private mutating func reserve(_ bytes: Int, items count: Int, app: ExecutableStamp) throws(KeychainError) {
+        let share = held[app] ?? (0, 0)
+        guard share.items + count <= Self.maxItemsPerApp else {
+            throw KeychainError(.allocate, "an app (one executable) may hold at most \(Self.maxItemsPerApp) items in the session collection")
+        }
+        guard share.bytes + bytes <= Self.maxBytesPerApp else {
+            throw KeychainError(.allocate, "an app's items in the session collection would pass \(Self.maxBytesPerApp >> 20) MiB")
+        }
         guard items.count + count <= Self.maxItems else {
             throw KeychainError(.allocate, "the session collection holds \(Self.maxItems) items already")
         }
@@ -128,6 +144,7 @@ struct SessionCollection {
             throw KeychainError(.allocate, "the session collection's items would pass \(Self.maxBytes >> 20) MiB")
         }
         heldBytes += bytes
+        held[app] = (share.items + count, share.bytes + bytes)
     }
 
     private mutating func index(_ id: String, _ attributes: SecretServiceAttributes) {

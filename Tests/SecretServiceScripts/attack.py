@@ -261,6 +261,77 @@ elif command == "execread":
     serial = next(conn.outgoing_serial)
     os.execv(sys.argv[3], [sys.argv[3], sys.argv[0], "execreadsecond", path, str(fd), str(serial),
                            json.dumps(before), str(started)])
+elif command == "flood":
+    # flood sessions|items: as many sessions (16 per connection, connection after connection)
+    # or session-collection items as the bridge gives, up to its limit for everyone (1,024);
+    # {"taken": how many, "refusal": the error that stopped it, or null}.
+    taken, refusal, connections = 0, None, [conn]
+    if sys.argv[2] == "sessions":
+        while taken < 1024 and refusal is None:
+            if taken and taken % 16 == 0:
+                connections.append(open_dbus_connection(bus="SESSION"))
+            answer = outcome(connections[-1], SERVICE, "OpenSession", "sv", ("plain", ("s", "")), lambda r: "ok")
+            if answer == "ok":
+                taken += 1
+            else:
+                refusal = answer
+    else:
+        session = plain_session(conn)
+        while taken < 1024 and refusal is None:
+            answer = create_outcome(conn, "session", session, {"flood": str(taken)}, secret=b"x", label="")
+            if answer.startswith("/"):
+                taken += 1
+            else:
+                refusal = answer
+    results = {"taken": taken, "refusal": refusal}
+    print(json.dumps(results), flush=True)
+    sys.stdin.read()  # holds what it took until told to go
+    sys.exit(0)
+elif command == "served":
+    # served sessions|items: one more session, or one session-collection item: "ok" or the error.
+    session = outcome(conn, SERVICE, "OpenSession", "sv", ("plain", ("s", "")), lambda r: r[1])
+    if sys.argv[2] == "sessions" or not session.startswith("/"):
+        results = {"answer": "ok" if session.startswith("/") else session}
+    else:
+        made = create_outcome(conn, "session", session, {"served": "1"})
+        results = {"answer": "ok" if made.startswith("/") else made}
+elif command == "forkexec":
+    # forkexec VICTIM_PATH PROGRAM MODE LOG: this process (app A) connects, forks a child that
+    # keeps the connection, and execs PROGRAM (the victim's app) itself, so that the bus's pid
+    # for the connection runs the victim's program; the child then asks for the victim's item.
+    # MODE "called": one call before the fork; "silent": none, only waiting until the bridge's
+    # LOG says it saw the connection join (NameOwnerChanged).
+    path, program, mode, log = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+    if mode == "called":
+        results["before"] = outcome(conn, SERVICE, "SearchItems", "a{ss}", (VICTIM,), lambda r: "ok")
+    else:
+        for _ in range(3000):
+            with open(log) as f:
+                if conn.unique_name + " joined the bus" in f.read():
+                    break
+            time.sleep(0.01)
+    opener = os.getpid()
+    child = os.fork()
+    if child == 0:
+        target = os.path.realpath(program)
+        for _ in range(3000):
+            try:
+                if os.readlink("/proc/%d/exe" % opener) == target:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.01)
+        session = outcome(conn, SERVICE, "OpenSession", "sv", ("plain", ("s", "")), lambda r: r[1])
+        results["OpenSession"] = "ok" if session.startswith("/") else session
+        session = session if session.startswith("/") else "/"
+        results["SearchItems"] = outcome(conn, SERVICE, "SearchItems", "a{ss}", (VICTIM,), lambda r: r[0] + r[1])
+        item = address(path, "org.freedesktop.Secret.Item")
+        results["GetSecret"] = outcome(conn, item, "GetSecret", "o", (session,), lambda r: r[0][2].decode())
+        results["Get Label"] = outcome(conn, address(path, "org.freedesktop.DBus.Properties"), "Get", "ss",
+                                       ("org.freedesktop.Secret.Item", "Label"), lambda r: r[0][1])
+        print(json.dumps(results), flush=True)
+        os._exit(0)
+    os.execv(program, [program, "-c", "import os; os.waitpid(%d, 0)" % child])
 elif command in ("execfirst", "passfirst"):
     session = plain_session(conn)
     path = create(conn, sys.argv[2], session, {"exec": "1"})
