@@ -55,6 +55,9 @@ extension BusConnection {
         let r = sd_bus_message_new_method_return(call.message, &reply)
         guard r >= 0, let reply else { throw Self.failure(r, "cannot build a reply") }
         defer { sd_bus_message_unref(reply) }
+        // Marked before the secret goes in: sd-bus then erases the message's memory when the
+        // last reference (ours, or its write queue's) goes.
+        if values.contains(where: \.holdsSecret) { _ = sd_bus_message_sensitive(reply) }
         for value in values { try BusMessage.append(value, to: reply) }
         let sent = sd_bus_send(bus, reply, nil)
         guard sent >= 0 else { throw Self.failure(sent, "cannot send a reply") }
@@ -129,6 +132,12 @@ extension BusMessage {
     /// The body's whole signature ("a{sv}(oayays)b").
     public var signature: String { sd_bus_message_get_signature(message, 1).map { String(cString: $0) } ?? "" }
 
+    /// Has sd-bus erase this message's memory when it is freed: a call that may carry a
+    /// secret in, since the bridge cannot tell before reading it.
+    public func markSensitive() {
+        _ = sd_bus_message_sensitive(message)
+    }
+
     /// Whether every value of the body (or of the container being read) has been read.
     public var atEnd: Bool { sd_bus_message_at_end(message, 0) > 0 }
 
@@ -139,7 +148,12 @@ extension BusMessage {
         let r = sd_bus_message_read_array(message, CChar(UInt8(ascii: "y")), &pointer, &size)
         guard r > 0 else { throw mismatch(r, "a byte array") }
         guard let pointer, size > 0 else { return .empty }
-        return SecretBytes(UnsafeRawBufferPointer(start: pointer, count: size))
+        let secret = SecretBytes(UnsafeRawBufferPointer(start: pointer, count: size))
+        // sd-bus hands out a pointer into the received message's own buffer; nothing reads
+        // these bytes again, so they are wiped there at once rather than left to whenever (and
+        // whether) sd-bus erases the message.
+        explicit_bzero(UnsafeMutableRawPointer(mutating: pointer), size)
+        return secret
     }
 
     /// `ay` that is not secret.

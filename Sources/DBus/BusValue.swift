@@ -44,6 +44,17 @@ public indirect enum BusValue: Sendable, Equatable {
         }
     }
 
+    /// Whether this value is or contains a `.secret`.
+    public var holdsSecret: Bool {
+        switch self {
+        case .secret: true
+        case .array(_, let elements), .structure(let elements): elements.contains(where: \.holdsSecret)
+        case .entry(let key, let value): key.holdsSecret || value.holdsSecret
+        case .variant(let inner): inner.holdsSecret
+        default: false
+        }
+    }
+
     // MARK: Building the usual shapes
 
     /// `a{ss}`, sorted by name so that the same dictionary is always the same message.

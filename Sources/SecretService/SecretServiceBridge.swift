@@ -162,6 +162,8 @@ public final class SecretServiceBridge {
         guard call.isMethodCall, let sender = call.sender, let pathText = call.path,
               let interface = call.interface, let member = call.member else { return false }
         if interface == "org.freedesktop.DBus.Introspectable" || interface == "org.freedesktop.DBus.Peer" { return false }
+        // CreateItem and SetSecret bring a secret; marking every call costs an erase of its buffer.
+        call.markSensitive()
         do {
             try caller(sender)
             // An alias path resolves for this caller: `default` may name one of its collections.
