@@ -278,7 +278,8 @@ func bareRoundTrip(count: Int = 20_000) -> Figure {
     close(fds[1])
     return Figure(operations: count, seconds: seconds, latencies: latencies)
 }
-report("bare", n: 0, c: 1, bareRoundTrip())
+let bare = bareRoundTrip()
+report("bare", n: 0, c: 1, bare)
 
 /// Gets of an Always item by one client while another locks and unlocks `unlocks` times, at
 /// the daemon's Argon2id cost (issue: "a get issued during an unlock completes in under 5 ms
@@ -646,6 +647,8 @@ if options.ops.contains("sign") {
 // machine's noise (one slow fsync moves the figure): they run in rounds until each figure
 // covers at least `minimumWrites` operations. Every round starts from an empty keychain.
 let minimumWrites = 10_000
+/// Each size's and client count's get figure, for the floors at the end.
+var getFigures: [String: Figure] = [:]
 for n in options.sizes {
     for c in options.clients {
         var adds = Figure(), gets = Figure(), updates = Figure(), deletes = Figure()
@@ -676,36 +679,28 @@ for n in options.sizes {
         }
         report("add", n: n, c: c, adds, shown: options.ops.contains("add"))
         report("get", n: n, c: c, gets, shown: options.ops.contains("get"))
+        if options.ops.contains("get") { getFigures["\(n)/\(c)"] = gets }
         report("update", n: n, c: c, updates, shown: options.ops.contains("update"))
         report("delete", n: n, c: c, deletes, shown: options.ops.contains("delete"))
     }
 }
 
+/// `keychain get`'s and `keyctl pipe`'s medians (ms) as whole processes, and `keychain
+/// --version`'s (the executable's own start), for issue 24's floor; nil when not measured.
+var cliMedians: (get: Double, keyctl: Double, version: Double, by: String)?
 if !options.skipCLI {
     try? setup.add(["class": .string("genp"), "svce": .string("cli"), "acct": .string("a"), "v_Data": .data(Array("x".utf8))])
     let dir = ((try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0] as String)
     let cli = (dir as NSString).deletingLastPathComponent + "/keychain"
-    let keychainGet = TimedCommand(cli, ["get", "--service", "cli", "--account", "a"], env: ["KEYCHAIN_SOCKET": socket])
-    // keyctl pipe, timed the same way and in turn with keychain get, as the yardstick (Debian's keyutils).
-    let keyctl = "/usr/bin/keyctl"
-    if let keychainGet, FileManager.default.isExecutableFile(atPath: keyctl) {
-        let add = Process()
-        add.executableURL = URL(fileURLWithPath: keyctl)
-        add.arguments = ["add", "user", "kcbench", "x", "@u"]
-        let out = Pipe()
-        add.standardOutput = out
-        try? add.run()
-        add.waitUntilExit()
-        let id = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-        if let keyctlPipe = TimedCommand(keyctl, ["pipe", id]),
-           let medians = interleavedMedians([keychainGet, keyctlPipe]) {
-            print(String(format: "cli    keychain get (whole process)   median=%.3fms", medians[0]))
-            print(String(format: "cli    keyctl pipe (whole process)    median=%.3fms  ratio=%.2f", medians[1], medians[0] / medians[1]))
-        }
+    cliMedians = cliFigures(cli: cli, socket: socket)
+    if let m = cliMedians {
+        print(String(format: "cli    keychain --version (whole process) median=%.3fms", m.version) + "  (\(m.by))")
+        print(String(format: "cli    keychain get (whole process)       median=%.3fms", m.get))
+        print(String(format: "cli    keyctl pipe (whole process)        median=%.3fms  ratio=%.2f", m.keyctl, m.get / m.keyctl))
     } else {
         print("cli    keyctl not installed (apt-get install keyutils) — no yardstick")
     }
+    fflush(nil)
 }
 
 // Backup and restore of many items: the whole call, Argon2id at the daemon's cost included.
@@ -733,6 +728,8 @@ if options.backupItems > 0 && options.socket == nil {
     other.waitUntilExit()
     try? FileManager.default.removeItem(atPath: otherDir)
 }
+
+printFloors(bare: bare, gets: getFigures, cli: cliMedians)
 
 if let (p, _, dir) = daemon {
     p.terminate()
