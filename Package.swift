@@ -104,9 +104,10 @@ let package = Package(
         .target(name: "SSHAgent", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainModel", "CSystemShim"]),
         // Sync through PostgreSQL (issue 18, docs/sync.md): the only target that imports CLibPQ.
         .target(name: "KeychainSync", dependencies: ["CLibPQ", "CSystemShim", "KeychainModel", "KeychainCrypto", "KeychainStorage", "KeychainStore"]),
-        // KeychainCertificates for `keychain csr` only: it builds the PKCS#10 request (with
-        // swift-certificates) around a signature keychaind makes; nothing else in the CLI uses it.
-        .target(name: "KeychainCLI", dependencies: ["KeychainClient", "KeychainCertificates", "SSHAgent"]),
+        // PKCS#10 requests in plain DER, for `keychain csr`: no swift-certificates, swift-crypto or
+        // Foundation in the CLI, whose start they slowed (docs/performance.md, issue 24's floors).
+        .target(name: "PKCS10", dependencies: ["KeychainModel"]),
+        .target(name: "KeychainCLI", dependencies: ["KeychainClient", "PKCS10", "SSHAgent"]),
         .executableTarget(
             name: "Keychaind",
             dependencies: ["KeychainServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]
@@ -115,9 +116,7 @@ let package = Package(
         // so a whole `keychain get` costs about what `keyctl pipe` does (docs/performance.md).
         .executableTarget(
             name: "keychain", dependencies: ["KeychainCLI"],
-            // _FoundationCollections and _FoundationCShims: swift-certificates (for `keychain csr`) brings in
-            // FoundationEssentials, whose static archive needs these two and does not name them.
-            linkerSettings: [.unsafeFlags(["-static-executable"]), .linkedLibrary("_FoundationCollections"), .linkedLibrary("_FoundationCShims")]
+            linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
         // The same CLI linked dynamically, so that tests can load a free() hook into it.
         .executableTarget(name: "keychain-dynamic", dependencies: ["KeychainCLI"]),
@@ -163,7 +162,7 @@ let package = Package(
             dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto", "CSodium"]
         ),
         .testTarget(name: "KeychainCertificatesTests", dependencies: [
-            "KeychainCertificates", "KeychainModel",
+            "KeychainCertificates", "PKCS10", "KeychainModel",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "X509", package: "swift-certificates"),
             .product(name: "SwiftASN1", package: "swift-asn1"),

@@ -1,6 +1,6 @@
-import KeychainCertificates
 import KeychainClient
 import KeychainModel
+import PKCS10
 
 /// `keychain cert add|list|get|delete`: certificate items, named by label. keychaind parses
 /// the DER and derives the rest (docs/keys.md, "Certificates and identities"). `keychain csr`:
@@ -69,7 +69,7 @@ enum CertificateCommands {
             let der = try CertificateRequest.make(subject: subject, keyType: key.type, publicKey: key.publicKey) { bytes in
                 try key.sign(bytes, algorithm: algorithm)
             }
-            Output.text(CertificateRequest.pem(der))
+            Output.text(PEM.encode(der, label: "CERTIFICATE REQUEST"))
         },
     ]
 
