@@ -118,6 +118,13 @@ enum RawArguments {
         var decoded: [String] = []
         for index in 1..<Int(CommandLine.argc) {
             guard let pointer = CommandLine.unsafeArgv[index] else { break }
+            // The C-string initializer is not generic: String(validating:as:) made the runtime
+            // build its generic metadata from mangled names, about 4% of a `keychain get`
+            // (docs/performance.md, "Issue 24's floors"). Both refuse the same bytes.
+            if let text = String(validatingCString: pointer) {
+                decoded.append(text)
+                continue
+            }
             let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))
             decoded.append(try decode(Array(bytes), position: index))
         }
