@@ -26,7 +26,7 @@ final class DelegatedProcess {
         do throws(KeychainError) {
             // The Uid line, not an fstat of the directory: a non-dumpable process's /proc
             // entry belongs to root whoever runs it.
-            guard let status = Self.read("status", in: fd),
+            guard let status = ProcFile.read("status", in: fd),
                   let uids = Self.ids(in: status, line: "Uid:"), let gids = Self.ids(in: status, line: "Gid:") else {
                 throw Self.exited(pid)
             }
@@ -65,7 +65,7 @@ final class DelegatedProcess {
     /// Its stat names the same start time and it is not a zombie (an exited process that its
     /// parent has not yet waited for still has its /proc entry).
     private func checkStat() throws(KeychainError) {
-        guard let text = Self.read("stat", in: directory), let stat = Self.parseStat(text) else { throw Self.exited(pid) }
+        guard let text = ProcFile.read("stat", in: directory), let stat = Self.parseStat(text) else { throw Self.exited(pid) }
         guard stat.startTime == startTime else {
             throw KeychainError(.missingEntitlement, "pid \(pid) is not the calling process (its start time differs): the calling process has exited")
         }
@@ -78,22 +78,6 @@ final class DelegatedProcess {
 
     private static func exited(_ pid: Int32) -> KeychainError {
         KeychainError(.missingEntitlement, "the calling process (pid \(pid)) has exited")
-    }
-
-    /// A small /proc file through the process's directory.
-    private static func read(_ name: String, in directory: Int32) -> [UInt8]? {
-        let fd = openat(directory, name, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 8192)
-        var total = 0
-        while total < buffer.count {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { break }
-            total += n
-        }
-        return total > 0 ? Array(buffer[0..<total]) : nil
     }
 
     /// State (field 3) and start time (field 22) of /proc/PID/stat. Read after the last ')':

@@ -44,18 +44,24 @@ public struct Caller: Sendable, Equatable, CustomStringConvertible {
 /// exec something else that inherits its access groups (docs/security.md, "Who a caller is").
 final class PeerProcess {
     private let directory: Int32
+    /// The command name (stat's field 2) at connect: what is left to compare while the
+    /// executable is hidden, for an exec into a set-uid or unreadable program keeps a process
+    /// non-dumpable but renames it.
+    private let name: [UInt8]?
 
-    /// nil when the process is already gone, or its /proc entry is not the peer's uid's (the
-    /// pid was reused between the connect and now).
+    /// nil when the process is already gone, or its effective uid is not the peer's (the pid
+    /// was reused between the connect and now). The status file, not the directory's owner:
+    /// a non-dumpable process's /proc entry belongs to root whoever runs it.
     init?(pid: Int32, uid: UInt32) {
         let fd = open("/proc/\(pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_uid == uid else {
+        guard let status = ProcFile.read("status", in: fd),
+              let uids = DelegatedProcess.ids(in: status, line: "Uid:"), uids.effective == uid else {
             close(fd)
             return nil
         }
         directory = fd
+        name = ProcFile.read("stat", in: fd).flatMap(Self.commandName)
     }
 
     deinit { close(directory) }
@@ -95,10 +101,45 @@ final class PeerProcess {
         return .path(exe)
     }
 
-    /// Whether the process is still there and runs `executable`, as it did at connect.
+    /// Whether the process is still there and runs what it ran at connect (`executable`, nil
+    /// when it was hidden then). An executable that shows must be the same one: a process
+    /// hidden at connect that shows one now has exec'd (exec makes a process dumpable again).
+    /// One that stays hidden is compared by what /proc shows of it, its command name
+    /// (docs/security.md, "Callers whose executable is hidden").
     func stillRuns(_ executable: String?) -> Bool {
-        guard let now = self.executable() else { return false }
-        return now == executable
+        switch executableLink() {
+        case .path(let now): return now == executable
+        case .gone: return false
+        case .hidden:
+            guard let now = ProcFile.read("stat", in: directory).flatMap(Self.commandName) else { return false }
+            return now == name
+        }
+    }
+
+    /// The command name of a /proc/PID/stat: between the first "(" and the last ")", for the
+    /// name itself may hold either.
+    static func commandName(_ stat: [UInt8]) -> [UInt8]? {
+        guard let open = stat.firstIndex(of: UInt8(ascii: "(")), let close = stat.lastIndex(of: UInt8(ascii: ")")),
+              open < close else { return nil }
+        return Array(stat[(open + 1)..<close])
+    }
+}
+
+/// Small /proc files, read through a process's directory descriptor.
+enum ProcFile {
+    static func read(_ name: String, in directory: Int32) -> [UInt8]? {
+        let fd = openat(directory, name, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 8192)
+        var total = 0
+        while total < buffer.count {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            total += n
+        }
+        return total > 0 ? Array(buffer[0..<total]) : nil
     }
 }
 
@@ -197,7 +238,7 @@ public struct AccessPolicy: Sendable, Equatable {
 
     /// The message for a caller that matches no application.
     public func refusal(for caller: Caller) -> String {
-        "uid \(caller.uid) (\(caller.executable ?? "unknown executable")) matches no application; add it to an [[app]] entry in \(source), or set unknown_callers = \"private-group\""
+        "uid \(caller.uid) (\(caller.executable ?? "executable not readable")) matches no application; add it to an [[app]] entry in \(source), or set unknown_callers = \"private-group\""
     }
 
     public func isAdmin(_ caller: Caller) -> Bool { adminUIDs.contains(caller.uid) }

@@ -72,7 +72,7 @@ struct CallerIdentityTests {
         return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
     }
 
-    func daemon(allowing executable: String) throws -> RunningDaemon {
+    func daemon(allowing executable: String, launcher: [String] = []) throws -> RunningDaemon {
         try RunningDaemon(config: """
             admin_uids = [0]
             [[app]]
@@ -80,7 +80,7 @@ struct CallerIdentityTests {
             uids = [0]
             executables = ["\(executable)"]
             groups = ["python.app"]
-            """)
+            """, launcher: launcher)
     }
 
     @Test func aProcessThatExecsAnotherProgramLosesTheConnectionsAccess() throws {
@@ -101,6 +101,61 @@ struct CallerIdentityTests {
         let d = try daemon(allowing: allowed)
         let lines = try run([allowed, "-c", Self.client, "first", d.socketPath, allowed, Self.client])
         #expect(lines == ["0", "0", "0", "0"])
+    }
+
+    /// Runs keychaind as root without CAP_SYS_PTRACE, as the packaged daemon runs without it:
+    /// it then cannot read the executable of a non-dumpable process.
+    static let withoutPtrace = ["/usr/bin/setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
+
+    /// The client, made non-dumpable (prctl PR_SET_DUMPABLE 0, as ssh-agent and anything that
+    /// drops privileges does) before it connects.
+    static let hiddenClient = "import ctypes; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n" + client
+
+    /// Two applications of uid 0: one told apart by the python executable, and the rest of uid 0.
+    func daemonWithUIDRule(allowing executable: String) throws -> RunningDaemon {
+        let d = try RunningDaemon(config: """
+            admin_uids = [0]
+            [[app]]
+            id = "python.app"
+            uids = [0]
+            executables = ["\(executable)"]
+            groups = ["python.app"]
+            [[app]]
+            id = "root"
+            uids = [0]
+            groups = ["uid.0"]
+            """, launcher: Self.withoutPtrace)
+        let status = try String(contentsOfFile: "/proc/\(d.pid)/status", encoding: .utf8)
+        let effective = try #require(status.split(separator: "\n").first { $0.hasPrefix("CapEff:") }.flatMap { UInt64($0.split(separator: "\t").last!, radix: 16) })
+        try #require(effective & (1 << 19) == 0, "keychaind still has CAP_SYS_PTRACE")
+        return d
+    }
+
+    @Test func aNonDumpableCallerIsServedByItsUIDRule() throws {
+        let (allowed, other) = try Self.pythons(in: "/tmp")
+        defer { unlink(other) }
+        let d = try daemonWithUIDRule(allowing: allowed)
+        let lines = try run([allowed, "-c", Self.hiddenClient, "first", d.socketPath])
+        #expect(lines == ["0", "0"], "\(lines) \(d.log)")
+        #expect(!d.log.contains("no longer runs"))
+    }
+
+    @Test func aNonDumpableCallerIsNotTakenForTheAppOfItsHiddenExecutable() throws {
+        let (allowed, other) = try Self.pythons(in: "/tmp")
+        defer { unlink(other) }
+        let d = try daemon(allowing: allowed, launcher: Self.withoutPtrace)
+        let lines = try run([allowed, "-c", Self.hiddenClient, "first", d.socketPath])
+        #expect(lines.first == String(KeychainStatus.missingEntitlement.rawValue), "\(lines)")
+    }
+
+    @Test func aNonDumpableCallerThatExecsAnotherProgramLosesTheConnection() throws {
+        let (allowed, other) = try Self.pythons(in: "/tmp")
+        defer { unlink(other) }
+        let d = try daemonWithUIDRule(allowing: allowed)
+        let lines = try run([allowed, "-c", Self.hiddenClient, "first", d.socketPath, other, Self.client])
+        #expect(Array(lines.prefix(2)) == ["0", "0"], "\(lines)")
+        #expect(lines.dropFirst(2).first == String(KeychainStatus.missingEntitlement.rawValue), "\(lines)")
+        #expect(lines.last == "closed", "\(lines)")
     }
 
     @Test func aCallerCannotForgeALogLineWithAnAttributeName() throws {

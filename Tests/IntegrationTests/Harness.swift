@@ -28,11 +28,15 @@ final class RunningDaemon: @unchecked Sendable {
     let fastKDF: Bool
     /// Added to the daemon's environment (e.g. LD_PRELOAD for the freed-memory scan).
     let environment: [String: String]
+    /// A program and its arguments that run keychaind (e.g. setpriv dropping a capability).
+    let launcher: [String]
 
-    init(config: String = "", start: Bool = true, fastKDF: Bool = true, environment: [String: String] = [:]) throws {
+    init(config: String = "", start: Bool = true, fastKDF: Bool = true, environment: [String: String] = [:],
+         launcher: [String] = []) throws {
         _ = brokenPipesAreErrors
         self.fastKDF = fastKDF
         self.environment = environment
+        self.launcher = launcher
         // Unix socket paths are limited to 108 bytes: keep the directory short.
         var template = Array("/tmp/kci.XXXXXX".utf8CString)
         guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
@@ -63,8 +67,9 @@ final class RunningDaemon: @unchecked Sendable {
     /// Starts the daemon and waits until its socket accepts.
     func start() throws {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: Binaries.keychaind)
-        p.arguments = ["--state-dir", stateDirectory, "--socket", socketPath, "--config", configPath]
+        p.executableURL = URL(fileURLWithPath: launcher.first ?? Binaries.keychaind)
+        p.arguments = (launcher.isEmpty ? [] : launcher.dropFirst() + [Binaries.keychaind])
+            + ["--state-dir", stateDirectory, "--socket", socketPath, "--config", configPath]
         var env = ProcessInfo.processInfo.environment
         env["KEYCHAIND_INSECURE_FAST_KDF"] = fastKDF ? "1" : nil
         env.merge(environment) { $1 }

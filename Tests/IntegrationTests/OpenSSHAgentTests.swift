@@ -16,8 +16,10 @@ final class OpenSSHAgentTests {
     let agent: Process
     let agentLog: String
 
-    init() throws {
-        daemon = try RunningDaemon()
+    convenience init() throws { try self.init(daemon: RunningDaemon()) }
+
+    init(daemon: RunningDaemon) throws {
+        self.daemon = daemon
         connection = KeychainConnection(socketPath: daemon.socketPath)
         var template = Array("/tmp/kcs.XXXXXX".utf8CString)
         scratch = String(cString: mkdtemp(&template)!)
@@ -478,8 +480,30 @@ struct SSHDLoginTests {
 
     @Test(arguments: [KeyType.ed25519, .p256])
     func aLoginAuthenticatesWithAKeychainKey(_ type: KeyType) throws {
+        try login(through: OpenSSHAgentTests(), type)
+    }
+
+    /// The agent is non-dumpable, so a keychaind without CAP_SYS_PTRACE cannot see its
+    /// executable: with an app told apart by executable in the policy, the agent is still
+    /// served, by its uid's rule (docs/security.md, "Callers whose executable is hidden").
+    @Test func aLoginWorksThroughTheAgentWithAnExecutablePolicyInForce() throws {
+        let daemon = try RunningDaemon(config: """
+            admin_uids = [0]
+            [[app]]
+            id = "python.app"
+            uids = [0]
+            executables = ["/usr/bin/python3"]
+            groups = ["python.app"]
+            [[app]]
+            id = "root"
+            uids = [0]
+            groups = ["uid.0"]
+            """, launcher: CallerIdentityTests.withoutPtrace)
+        try login(through: OpenSSHAgentTests(daemon: daemon), .ed25519)
+    }
+
+    func login(through agent: OpenSSHAgentTests, _ type: KeyType) throws {
         try Self.ensureUser()
-        let agent = try OpenSSHAgentTests()
         let key = try agent.sshKey(type, label: "login-\(type)")
         let dir = agent.scratch + "/sshd"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
