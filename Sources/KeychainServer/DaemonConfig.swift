@@ -148,6 +148,8 @@ public struct DaemonConfig: Sendable, Equatable {
         var id: String?
         var uids: Set<UInt32> = []
         var executables: Set<String> = []
+        var units: Set<String> = []
+        var userUnits: Set<String> = []
         var groups: [String]?
 
         init(line: Int) { self.line = line }
@@ -179,6 +181,12 @@ public struct DaemonConfig: Sendable, Equatable {
                     throw ParseError(line: n, message: "executables must be absolute paths (\(bad) is not)")
                 }
                 executables.formUnion(paths)
+            case "units", "user_units":
+                let names = try strings()
+                if let bad = names.first(where: { !SystemdUnit.isProcessUnit(Substring($0)) || $0.contains("/") }) {
+                    throw ParseError(line: n, message: "\(key) must name services or scopes, as \"name.service\" (\(bad) is not one)")
+                }
+                if key == "units" { units.formUnion(names) } else { userUnits.formUnion(names) }
             case "groups":
                 let list = try strings()
                 guard !list.isEmpty else { throw ParseError(line: n, message: "groups must list at least one access group") }
@@ -189,7 +197,7 @@ public struct DaemonConfig: Sendable, Equatable {
                 }
                 groups = list
             default:
-                throw ParseError(line: n, message: "unknown key \(key) in [[app]] (id, uids, users, executables, groups)")
+                throw ParseError(line: n, message: "unknown key \(key) in [[app]] (id, uids, users, executables, units, user_units, groups)")
             }
         }
 
@@ -198,9 +206,12 @@ public struct DaemonConfig: Sendable, Equatable {
             guard !earlier.contains(where: { $0.id == id }) else {
                 throw ParseError(line: line, message: "app id \(id) is used twice")
             }
-            guard !uids.isEmpty else { throw ParseError(line: line, message: "app \(id) names no uids or users") }
+            guard !uids.isEmpty || userUnits.isEmpty else {
+                throw ParseError(line: line, message: "app \(id) names user_units without uids or users: any user can start a user unit of any name")
+            }
+            guard !uids.isEmpty || !units.isEmpty else { throw ParseError(line: line, message: "app \(id) names no uids, users or units") }
             guard let groups else { throw ParseError(line: line, message: "app \(id) has no groups (an empty group list is not allowed)") }
-            return Application(id: id, uids: uids, executables: executables, groups: groups)
+            return Application(id: id, uids: uids, executables: executables, units: units, userUnits: userUnits, groups: groups)
         }
     }
 

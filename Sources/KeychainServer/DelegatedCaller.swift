@@ -76,6 +76,9 @@ final class DelegatedProcess {
     /// a daemon without privileges), which only an app without `executables` can match.
     func executable() -> String? { PeerProcess.readExecutable(in: directory, "exe") }
 
+    /// Its systemd unit, as for a socket client.
+    func unit() -> SystemdUnit? { ProcFile.read("cgroup", in: directory).flatMap(SystemdUnit.init(cgroupFile:)) }
+
     private static func exited(_ pid: Int32) -> KeychainError {
         KeychainError(.missingEntitlement, "the calling process (pid \(pid)) has exited")
     }
@@ -145,7 +148,8 @@ final class BridgeLink {
     /// The caller (pid, start time) as keychaind sees it now; errSecMissingEntitlement when
     /// it is not a process of `bridgeUID` that still runs. `withExecutable`: read its
     /// executable too (some app is identified by one, or the call is the portal's).
-    func caller(pid: Int32, startTime: UInt64, bridgeUID: UInt32, withExecutable: Bool) throws(KeychainError) -> Caller {
+    func caller(pid: Int32, startTime: UInt64, bridgeUID: UInt32, withExecutable: Bool,
+                withUnit: Bool = false) throws(KeychainError) -> Caller {
         let key = Key(pid: pid, startTime: startTime)
         clock &+= 1
         let process: DelegatedProcess
@@ -166,6 +170,7 @@ final class BridgeLink {
             }
             callers[key] = Entry(process: process, lastUse: clock)
         }
-        return Caller(pid: pid, uid: process.uid, gid: process.gid, executable: withExecutable ? process.executable() : nil)
+        return Caller(pid: pid, uid: process.uid, gid: process.gid, executable: withExecutable ? process.executable() : nil,
+                      unit: withUnit ? process.unit() : nil)
     }
 }

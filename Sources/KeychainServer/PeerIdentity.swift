@@ -13,25 +13,31 @@ public struct Caller: Sendable, Equatable, CustomStringConvertible {
     public let gid: UInt32
     /// /proc/PID/exe read at accept time; nil if the process is gone or unreadable.
     public let executable: String?
+    /// The systemd unit of its cgroup at accept, read only while some application names units.
+    public let unit: SystemdUnit?
 
-    public init(pid: Int32, uid: UInt32, gid: UInt32, executable: String?) {
+    public init(pid: Int32, uid: UInt32, gid: UInt32, executable: String?, unit: SystemdUnit? = nil) {
         self.pid = pid
         self.uid = uid
         self.gid = gid
         self.executable = executable
+        self.unit = unit
     }
 
     /// Reads the credentials of a connected socket's peer. With `holdingProcess` (the policy
     /// tells some application apart by its executable) it also holds on to the process, so
     /// that each later request can be checked against it (`PeerProcess`); otherwise the
-    /// executable is read once, for messages, and nothing is kept.
-    static func of(_ socket: UnixSocket, holdingProcess: Bool) -> (Caller, PeerProcess?)? {
+    /// executable is read once, for messages, and nothing is kept. With `readingUnit` (some
+    /// application names units) its unit is read through the same descriptor.
+    static func of(_ socket: UnixSocket, holdingProcess: Bool, readingUnit: Bool = false) -> (Caller, PeerProcess?)? {
         guard let peer = PeerCredentials.of(socket) else { return nil }
-        guard holdingProcess else {
+        guard holdingProcess || readingUnit else {
             return (Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: PeerProcess.executable(pid: peer.pid)), nil)
         }
         let process = PeerProcess(pid: peer.pid, uid: peer.uid)
-        return (Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: process?.executable()), process)
+        let caller = Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: process?.executable(),
+                            unit: readingUnit ? process?.unit() : nil)
+        return (caller, holdingProcess ? process : nil)
     }
 
     public var description: String { "uid=\(uid) pid=\(pid)" }
@@ -65,6 +71,9 @@ final class PeerProcess {
     }
 
     deinit { close(directory) }
+
+    /// Its systemd unit, from its cgroup file (readable whoever runs it, dumpable or not).
+    func unit() -> SystemdUnit? { ProcFile.read("cgroup", in: directory).flatMap(SystemdUnit.init(cgroupFile:)) }
 
     /// The executable the process runs now (its path, as /proc/PID/exe gives it, without the
     /// " (deleted)" that follows a binary replaced on disk, which the process still runs);
@@ -150,17 +159,34 @@ public struct Application: Sendable, Equatable {
     public var uids: Set<UInt32>
     /// Executables (/proc/PID/exe) that count as this app; empty: any executable of its uids.
     public var executables: Set<String>
+    /// System units whose processes count as this app (`units`); with `userUnits` empty too:
+    /// any unit. Empty `uids` then means any uid of those units.
+    public var units: Set<String>
+    /// Units of the caller's own user manager, user@UID.service (`user_units`): any user can
+    /// start a user unit of any name, so these always come with `uids`.
+    public var userUnits: Set<String>
     public var groups: [String]
 
-    public init(id: String, uids: Set<UInt32>, executables: Set<String> = [], groups: [String]) {
+    public init(id: String, uids: Set<UInt32>, executables: Set<String> = [], units: Set<String> = [],
+                userUnits: Set<String> = [], groups: [String]) {
         self.id = id
         self.uids = uids
         self.executables = executables
+        self.units = units
+        self.userUnits = userUnits
         self.groups = groups
     }
 
+    /// Every rule the app gives must hold: its uids, its units, its executables.
     func matches(_ caller: Caller) -> Bool {
-        guard uids.contains(caller.uid) else { return false }
+        guard uids.isEmpty ? !units.isEmpty : uids.contains(caller.uid) else { return false }
+        if !units.isEmpty || !userUnits.isEmpty {
+            switch caller.unit {
+            case .system(let name)?: guard units.contains(name) else { return false }
+            case .user(let uid, let name)?: guard uid == caller.uid, userUnits.contains(name) else { return false }
+            case nil: return false
+            }
+        }
         guard !executables.isEmpty else { return true }
         return caller.executable.map(executables.contains) ?? false
     }
@@ -238,13 +264,17 @@ public struct AccessPolicy: Sendable, Equatable {
 
     /// The message for a caller that matches no application.
     public func refusal(for caller: Caller) -> String {
-        "uid \(caller.uid) (\(caller.executable ?? "executable not readable")) matches no application; add it to an [[app]] entry in \(source), or set unknown_callers = \"private-group\""
+        "uid \(caller.uid) (\(caller.executable ?? "executable not readable")\(caller.unit.map { ", unit \($0)" } ?? "")) matches no application; add it to an [[app]] entry in \(source), or set unknown_callers = \"private-group\""
     }
 
     public func isAdmin(_ caller: Caller) -> Bool { adminUIDs.contains(caller.uid) }
 
     /// Whether some application is told apart from the rest of its uids by its executable.
     public var identifiesByExecutable: Bool { applications.contains { !$0.executables.isEmpty } }
+
+    /// Whether some application is told apart by its systemd unit: only then is a caller's
+    /// cgroup read at accept.
+    public var identifiesByUnit: Bool { applications.contains { !$0.units.isEmpty || !$0.userUnits.isEmpty } }
 
     /// A name for the caller in the audit log.
     public func appID(for caller: Caller) -> String {

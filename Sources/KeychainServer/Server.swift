@@ -219,7 +219,8 @@ public final class KeychainServer: LifecycleService, Sendable {
             // hold a slot (docs/security.md, "Fair service").
             // A connection made before a reload that starts telling apps apart by executable
             // holds no process: its next request is refused, and its client reconnects.
-            guard let (caller, process) = Caller.of(socket, holdingProcess: executor.identifiesByExecutable) else {
+            guard let (caller, process) = Caller.of(socket, holdingProcess: executor.identifiesByExecutable,
+                                                         readingUnit: executor.policy.identifiesByUnit) else {
                 logger.warning("closing a connection whose peer credentials cannot be read")
                 socket.close()
                 guard rejoinAcceptors() else { return }
@@ -366,7 +367,8 @@ public final class KeychainServer: LifecycleService, Sendable {
         if case .portalSecret = inner { portal = true } else { portal = false }
         do throws(KeychainError) {
             let delegated = try bridge.caller(pid: pid, startTime: startTime, bridgeUID: caller.uid,
-                                              withExecutable: portal || policy.identifiesByExecutable)
+                                              withExecutable: portal || policy.identifiesByExecutable,
+                                              withUnit: policy.identifiesByUnit)
             if portal && !(delegated.executable.map(policy.portalExecutables.contains) ?? false) {
                 throw KeychainError(.missingEntitlement, "portal secrets are for the desktop portal; pid \(pid) (\(delegated.executable ?? "unknown executable")) is not in portal_executables of \(policy.source)")
             }
