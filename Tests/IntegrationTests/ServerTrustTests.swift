@@ -138,6 +138,48 @@ struct ServerTrustTests {
         #expect(fake.bytesReceived == 0)
     }
 
+    /// The attack of issue 27: another user makes /tmp/keychaind-UID first (and listens in
+    /// it). Without XDG_RUNTIME_DIR the user's keychaind still starts, in a directory of the
+    /// user's home that only the user can create, and the user's clients find it there.
+    @Test func aDefaultSocketDirectoryMadeByAnotherUserDoesNotKeepTheUsersKeychainFromStarting() throws {
+        let directory = "/tmp/keychaind-\(client)"
+        try? FileManager.default.removeItem(atPath: directory)
+        mkdir(directory, 0o777)
+        chmod(directory, 0o777)
+        chown(directory, impostor, impostor)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let fake = try Impostor(uid: impostor, socketPath: directory + "/keychaind.sock")
+        var template = Array("/tmp/kchome.XXXXXX".utf8CString)
+        let home = String(cString: try #require(mkdtemp(&template)))
+        chown(home, client, client)
+        defer { try? FileManager.default.removeItem(atPath: home) }
+        let environment = ["HOME": home, "PATH": "/usr/bin:/bin", "KEYCHAIND_INSECURE_FAST_KDF": "1"]
+        let daemon = Process()
+        daemon.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        daemon.arguments = ["--reuid=\(client)", "--regid=\(client)", "--clear-groups", Binaries.keychaind]
+        daemon.environment = environment
+        let log = Pipe()
+        daemon.standardError = log
+        daemon.standardOutput = log
+        try daemon.run()
+        defer {
+            daemon.terminate()
+            daemon.waitUntilExit()
+        }
+        let socket = home + "/.local/state/keychaind/keychaind.sock"
+        for _ in 0..<1000 where !FileManager.default.fileExists(atPath: socket) && daemon.isRunning { usleep(20_000) }
+        try #require(daemon.isRunning, "keychaind did not start")
+        let add = try run(Binaries.keychain, ["add", "--service", "db", "--account", "me"],
+                          environment: environment, input: secret, asUser: client)
+        #expect(add.status == 0, "\(add.stderr)")
+        let get = try run(Binaries.keychain, ["get", "--service", "db", "--account", "me"],
+                          environment: environment, input: [], asUser: client)
+        #expect(get.stdout == secret)
+        #expect(fake.bytesReceived == 0)
+        var st = stat()
+        #expect(lstat(home + "/.local/state/keychaind", &st) == 0 && st.st_uid == client && st.st_mode & 0o777 == 0o700)
+    }
+
     @Test func theRealDaemonOfTheSameUserIsStillTrusted() throws {
         let d = try RunningDaemon()
         #expect(try d.cli(["add", "--service", "db", "--account", "me"], input: secret).status == 0)

@@ -144,7 +144,33 @@ def _default_socket():
     if run:
         return run + "/keychaind.sock", None
     directory = "/tmp/keychaind-%d" % os.getuid()
+    # Another user may make /tmp/keychaind-UID first: keychaind then listens in a directory
+    # only this user can create, and the client goes there once it exists.
+    home = _home_socket_directory()
+    if home and not _is_private_dir(directory, absent_too=True) and _is_private_dir(home, absent_too=False):
+        return home + "/keychaind.sock", None
     return directory + "/keychaind.sock", directory
+
+
+def _home_socket_directory():
+    """$XDG_STATE_HOME/keychaind, else ~/.local/state/keychaind; None without HOME."""
+    state = os.environ.get("XDG_STATE_HOME")
+    if state and state.startswith("/"):
+        return state + "/keychaind"
+    home = os.environ.get("HOME")
+    if home and home.startswith("/") and home != "/":
+        return home + "/.local/state/keychaind"
+    return None
+
+
+def _is_private_dir(path, absent_too):
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return absent_too
+    except OSError:  # a HOME this user may not look into is not theirs
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def _user_name(uid):
@@ -447,8 +473,10 @@ class Connection:
                 return
         raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
                             "refusing to use keychaind's default socket %s: %s is not a private "
-                            "directory owned by you (uid %d) (%s); remove it, or set KEYCHAIN_SOCKET"
-                            % (self.socket_path, directory, me, problem))
+                            "directory owned by you (uid %d) (%s); remove it, or set KEYCHAIN_SOCKET "
+                            "(keychaind started now listens in %s instead)"
+                            % (self.socket_path, directory, me, problem,
+                               _home_socket_directory() or "~/.local/state/keychaind, with HOME set,"))
 
     def _check_peer(self, s):
         """Who serves the socket, as the kernel says: root, the caller or the trusted uid only."""
