@@ -80,8 +80,9 @@ static void parse_options(int argc, const char **argv, struct options *o) {
 }
 
 /* The user's socket, as the keychain client finds it for that user. */
-static int socket_path(const struct options *o, uid_t uid, char *out, size_t size) {
+static int socket_path(const struct options *o, const struct passwd *pw, char *out, size_t size) {
     struct stat st;
+    uid_t uid = pw->pw_uid;
     if (o->socket) return snprintf(out, size, "%s", o->socket) < (int)size ? 0 : -1;
     char dir[64];
     snprintf(dir, sizeof dir, "/run/user/%u", (unsigned)uid);
@@ -91,6 +92,14 @@ static int socket_path(const struct options *o, uid_t uid, char *out, size_t siz
     snprintf(dir, sizeof dir, "/tmp/keychaind-%u", (unsigned)uid);
     if (lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & 077) == 0)
         return snprintf(out, size, "%s/keychaind.sock", dir) < (int)size ? 0 : -1;
+    /* Where keychaind listens when another user took the /tmp one (DefaultPaths): the user's
+     * ~/.local/state/keychaind (the user's XDG_STATE_HOME is not known here). */
+    char home[4096];
+    if (!pw->pw_dir || pw->pw_dir[0] != '/'
+        || snprintf(home, sizeof home, "%s/.local/state/keychaind", pw->pw_dir) >= (int)sizeof home)
+        return -1;
+    if (lstat(home, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & 077) == 0)
+        return snprintf(out, size, "%s/keychaind.sock", home) < (int)size ? 0 : -1;
     return -1;
 }
 
@@ -189,7 +198,7 @@ static long now_ms(void) {
 static int as_user(pam_handle_t *pamh, const struct options *o, const struct passwd *pw,
                    enum op op, const char *old, const char *password) {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
-    if (socket_path(o, pw->pw_uid, path, sizeof path) != 0) return NOT_RUNNING;
+    if (socket_path(o, pw, path, sizeof path) != 0) return NOT_RUNNING;
 
     /* The user's groups are looked up here, before the fork: a host with threads (gdm, a
      * screen locker) may hold an NSS or malloc lock that the child would wait on forever. */

@@ -255,9 +255,20 @@ int wire_socket_path(char *path, size_t size) {
         else {
             char dir[64];
             snprintf(dir, sizeof dir, "/tmp/keychaind-%u", (unsigned)getuid());
-            /* A directory another user made first would let that user answer as keychaind. */
-            if (!private_directory(dir)) return 0;
-            n = snprintf(path, size, "%s/keychaind.sock", dir);
+            /* A directory another user made first would let that user answer as keychaind;
+             * keychaind then listens in the user's own state directory (DefaultPaths). */
+            if (private_directory(dir)) n = snprintf(path, size, "%s/keychaind.sock", dir);
+            else {
+                char home_dir[4096];
+                const char *state = secure_getenv("XDG_STATE_HOME");
+                const char *home = secure_getenv("HOME");
+                int m;
+                if (state && state[0] == '/') m = snprintf(home_dir, sizeof home_dir, "%s/keychaind", state);
+                else if (home && home[0] == '/' && home[1]) m = snprintf(home_dir, sizeof home_dir, "%s/.local/state/keychaind", home);
+                else return 0;
+                if (m <= 0 || (size_t)m >= sizeof home_dir || !private_directory(home_dir)) return 0;
+                n = snprintf(path, size, "%s/keychaind.sock", home_dir);
+            }
         }
     }
     return n > 0 && (size_t)n < size;
