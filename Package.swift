@@ -134,6 +134,9 @@ let package = Package(
             name: "git-credential-keychain", dependencies: ["GitCredential"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
+        // What KeychainStoreTests and KeychainSyncTests share (the schema history their migration
+        // tests walk back): a library for test targets only, over public API, so release builds it.
+        .target(name: "StoreTestSupport", dependencies: ["KeychainStorage"], path: "Tests/StoreTestSupport"),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         // Runs toml-test's cases, which scripts/fetch-toml-test puts in .build/toml-test.
         .testTarget(name: "TOMLTests", dependencies: ["TOML"]),
@@ -147,7 +150,7 @@ let package = Package(
         // CSodium: to check signatures and sealed boxes with libsodium itself.
         .testTarget(name: "IntegrationTests", dependencies: ["KeychainClient", "KeychainProtocol", "KeychainStorage", "KeychainStore", "DBus", "CSodium"]),
         // Against a throw-away PostgreSQL cluster that each test starts with scripts/pg-cluster.
-        .testTarget(name: "KeychainSyncTests", dependencies: ["KeychainSync", "KeychainModel", "KeychainCrypto", "KeychainStore", "KeychainStorage"]),
+        .testTarget(name: "KeychainSyncTests", dependencies: ["KeychainSync", "KeychainModel", "KeychainCrypto", "KeychainStore", "KeychainStorage", "StoreTestSupport"]),
         .testTarget(name: "SecretServiceTests", dependencies: ["SecretService", "KeychainModel"]),
         .testTarget(name: "KeychainServerTests", dependencies: [
             "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",
@@ -159,7 +162,7 @@ let package = Package(
         ]),
         .testTarget(
             name: "KeychainStoreTests",
-            dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto", "CSodium"]
+            dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto", "CSodium", "StoreTestSupport"]
         ),
         .testTarget(name: "KeychainCertificatesTests", dependencies: [
             "KeychainCertificates", "PKCS10", "KeychainModel",

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import KeychainModel
 import KeychainStorage
+import StoreTestSupport
 import Testing
 @testable import KeychainStore
 

@@ -1,6 +1,7 @@
 import KeychainModel
 import KeychainStorage
 import KeychainSync
+import StoreTestSupport
 import Testing
 @testable import KeychainStore
 
