@@ -107,7 +107,7 @@ let package = Package(
         // PKCS#10 requests in plain DER, for `keychain csr`: no swift-certificates, swift-crypto or
         // Foundation in the CLI, whose start they slowed (docs/performance.md, issue 24's floors).
         .target(name: "PKCS10", dependencies: ["KeychainModel"]),
-        .target(name: "KeychainCLI", dependencies: ["KeychainClient", "PKCS10", "SSHAgent"]),
+        .target(name: "KeychainCLI", dependencies: ["KeychainClient", "PKCS10", "SSHAgent", "CSystemShim"]),
         .executableTarget(
             name: "Keychaind",
             dependencies: ["KeychainServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]

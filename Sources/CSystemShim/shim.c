@@ -17,6 +17,10 @@ int csystem_harden_process(void) {
     return 0;
 }
 
+int csystem_become_subreaper(void) {
+    return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+}
+
 int csystem_pidfd_open(int32_t pid) {
 #ifdef SYS_pidfd_open
     return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);

@@ -47,6 +47,8 @@ public enum KeychainCommand {
             }
             Output.text(script)
             return ExitStatus.success
+        case "run":  // its own parser: everything after -- is the command's
+            return KeychainRun.main(Array(args.dropFirst()))
         case "--version":
             Output.line(KeychainVersion.current)
             return ExitStatus.success

@@ -22,4 +22,8 @@ int csystem_eventfd(void);
 /// module does not import. Returns 0 and sets *pid, or an errno value.
 int csystem_spawn_detached(int32_t *pid, const char *path, char *const argv[], char *const envp[]);
 
+/// prctl(PR_SET_CHILD_SUBREAPER, 1): orphaned descendants become this process's children, for
+/// `keychain run` to end what its command leaves behind. Returns 0, or -1 with errno set.
+int csystem_become_subreaper(void);
+
 #endif
