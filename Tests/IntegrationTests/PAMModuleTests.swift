@@ -42,9 +42,21 @@ struct PAMStack {
     /// pamtester as root (as login and sshd run PAM), typing `input`; its exit status and output.
     func run(_ service: String, user: String, _ operations: [String], input: String,
              environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
+        try wrapped("/usr/bin/pamtester", ["-v", service, user] + operations, input: input, environment: environment)
+    }
+
+    /// Debian's own `passwd USER` as root, under the private stack named `passwd`. Only root's:
+    /// run by the user, passwd is set-uid, and the loader then ignores LD_PRELOAD (secure
+    /// execution), so pam_wrapper cannot give it a private stack.
+    func passwd(_ user: String, input: String) throws -> (status: Int32, output: String) {
+        try wrapped("/usr/bin/passwd", [user], input: input)
+    }
+
+    private func wrapped(_ executable: String, _ arguments: [String], input: String,
+                         environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/pamtester")
-        p.arguments = ["-v", service, user] + operations
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = arguments
         p.environment = ["LD_PRELOAD": Self.wrapper, "PAM_WRAPPER": "1", "PAM_WRAPPER_SERVICE_DIR": directory,
                          "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"].merging(environment) { $1 }
         let stdin = Pipe(), out = Pipe()
@@ -232,6 +244,26 @@ struct PAMModuleTests {
         #expect(login.output.contains("login slot is stale"), "\(login.output)")
         #expect(try c.status()["state"] == .string("lockedSinceBoot"))
         #expect(try c.loginSlotStatus()["failed_attempts"] == .int(0))
+    }
+
+    /// The real `passwd`, run by root for the user (the reset: no old password), through a
+    /// private `passwd` stack: the password changes and the slot goes stale.
+    @Test func rootsRealPasswdMakesTheSlotStale() throws {
+        let account = try TestAccount("kcpam-a", password: password)
+        let (d, c) = try lockedKeychain(for: account)
+        let stack = try PAMStack("passwd", """
+            auth required SECURITY/pam_permit.so
+            account required SECURITY/pam_permit.so
+            password required SECURITY/pam_unix.so
+            password optional MODULE socket=\(d.socketPath)
+            """)
+        defer { stack.remove() }
+        let reset = try stack.passwd(account.name, input: "Reset-pw-4\nReset-pw-4\n")
+        #expect(reset.status == 0, "\(reset.output)")
+        #expect(try c.loginSlotStatus()["login_slot"] == .string("stale"))
+        let login = try PAMStack("kc-login", loginStack(d.socketPath))
+        defer { login.remove() }
+        #expect(try login.run("kc-login", user: account.name, ["authenticate"], input: "Reset-pw-4\n").status == 0)
     }
 
     /// A keychaind that accepts and never answers: the login still completes (the module gives
