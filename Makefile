@@ -171,7 +171,7 @@ deb:
 # and the exposure target, and a user's login through PAM (scripts/boot-checks/login). Needs root;
 # not part of `make test` (a release build and two roots). Time, measured on the shared two-core
 # machine: debootstrap of the clean root 3m46s the first time (kept in /var/tmp after), then
-# check-deb-boot 7-8 min a run (apt in the container, the boot, three logins), besides make deb.
+# check-deb-boot 5-8 min a run (apt in the container, the boot, three logins), besides make deb.
 check-package: deb
 	scripts/check-deb keychaind_*_$$(dpkg --print-architecture).deb
 	scripts/check-deb-boot keychaind_*_$$(dpkg --print-architecture).deb
