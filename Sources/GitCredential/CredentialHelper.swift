@@ -8,8 +8,9 @@ import KeychainModel
 ///
 /// A credential is an internet-password item in the caller's default access group: server
 /// (`host` without its port), protocol, port, path (sent by git only with
-/// credential.useHttpPath), account (`username`), the password as the secret, the expiry in
-/// the comment. An OAuth refresh token is a second item with the same identity and
+/// credential.useHttpPath), account (`username`), the password as the secret, git's
+/// `password_expiry_utc` as the item's expiry (`expd`: keychaind then never returns it after
+/// that time, and sweeps it). An OAuth refresh token is a second item with the same identity and
 /// authentication type "oaut", so that neither secret is ever stored with the other.
 public struct CredentialHelper {
     let connection: KeychainConnection
@@ -110,9 +111,7 @@ public struct CredentialHelper {
             var out = ""
             if case .string(let user)? = found["acct"] { out += "username=\(user)\n" }
             out += "password=\(passwordText)\n"
-            if case .string(let expiry)? = found["icmt"], Int64(expiry) != nil {
-                out += "password_expiry_utc=\(expiry)\n"
-            }
+            if let expiry = Self.expiry(of: found) { out += "password_expiry_utc=\(expiry)\n" }
             if let token = try refreshToken(found) { out += "oauth_refresh_token=\(token)\n" }
             return out
         } catch {
@@ -148,9 +147,11 @@ public struct CredentialHelper {
         let name = fields["host"].flatMap { $0.isEmpty ? nil : $0 } ?? fields["path"] ?? ""
         var changes: AttributeDictionary = ["v_Data": .data(Array(password.utf8)),
                                             "labl": .string("git: \(name)")]
-        if let expiry = fields["password_expiry_utc"], Int64(expiry) != nil { changes["icmt"] = .string(expiry) }
+        if let expiry = fields["password_expiry_utc"].flatMap({ Int64($0) }) {
+            changes["expd"] = .date(Double(expiry) - absoluteTimeIntervalSince1970)
+        }
         do {
-            try upsert(item, changes)
+            try upsert(item, changes, replacingExpiry: true)
             if let token = fields["oauth_refresh_token"] {
                 item["atyp"] = .string("oaut")
                 try upsert(item, ["v_Data": .data(Array(token.utf8)), "labl": .string("git refresh token: \(name)")])
@@ -160,12 +161,40 @@ public struct CredentialHelper {
         }
     }
 
-    private func upsert(_ identity: AttributeDictionary, _ changes: AttributeDictionary) throws(KeychainError) {
+    /// Adds, or changes the stored item. `replacingExpiry`: the credential's expiry is the one
+    /// git sent now; an update cannot take an attribute away, so a stored credential that had
+    /// an expiry, stored again without one, is deleted and added anew.
+    private func upsert(_ identity: AttributeDictionary, _ changes: AttributeDictionary,
+                        replacingExpiry: Bool = false) throws(KeychainError) {
         do {
             try connection.add(identity.merging(changes) { $1 })
         } catch where error.status == .duplicateItem {
-            try connection.update(identity, changes)
+            if replacingExpiry && changes["expd"] == nil, try hasExpiry(identity) {
+                try deleteIfPresent(identity)
+                try connection.add(identity.merging(changes) { $1 })
+            } else {
+                try connection.update(identity, changes)
+            }
         }
+    }
+
+    private func hasExpiry(_ identity: AttributeDictionary) throws(KeychainError) -> Bool {
+        var q = identity
+        q["r_Attributes"] = .bool(true)
+        do {
+            guard case .single(.attributes(let found)) = try connection.copyMatching(q) else { return false }
+            return found["expd"] != nil
+        } catch where error.status == .itemNotFound {
+            return false
+        }
+    }
+
+    /// A credential's expiry as git's Unix seconds: `expd`, or the comment where helpers
+    /// before `expd` kept it.
+    static func expiry(of found: AttributeDictionary) -> Int64? {
+        if case .date(let t)? = found["expd"] { return Int64((t + absoluteTimeIntervalSince1970).rounded()) }
+        if case .string(let comment)? = found["icmt"] { return Int64(comment) }
+        return nil
     }
 
     /// `erase`: removes the matching credentials and their refresh tokens. When git names the

@@ -38,6 +38,7 @@ private let attributeOptions: [(name: String, help: String)] = [
     ("accessible", "when-unlocked (default), after-first-unlock, always, their -this-device-only forms, when-passcode-set-this-device-only."),
     ("label", "Label."),
     ("comment", "Comment."),
+    ("expires", ExpiryTime.help),
 ]
 
 let commands: [Command] = [

@@ -103,7 +103,7 @@ struct Context {
         return q
     }
 
-    /// --accessible, --label, --comment.
+    /// --accessible, --label, --comment, --expires.
     func itemAttributes() throws(UsageError) -> AttributeDictionary {
         var attrs: AttributeDictionary = [:]
         if let name = try arguments.choice("accessible", Accessible.names) {
@@ -111,6 +111,7 @@ struct Context {
         }
         if let v = arguments["label"] { attrs["labl"] = .string(v) }
         if let v = arguments["comment"] { attrs["icmt"] = .string(v) }
+        if let v = arguments["expires"] { attrs["expd"] = try ExpiryTime.parse(v, now: ExpiryTime.unixNow()) }
         return attrs
     }
 

@@ -25,9 +25,12 @@ enum ListCommand {
         let header = layout.header
         let widths = header.indices.map { i in ([header[i]] + table.map { $0[i] }).map(\.count).max()! }
         for row in [header] + table {
-            Output.line(row.enumerated().map { i, cell in
+            // Trailing blanks cut: EXPIRES, the last column, is empty for most items.
+            var line = row.enumerated().map { i, cell in
                 i == row.count - 1 ? cell : cell.padding(widths[i] + 1)
-            }.joined(separator: " "))
+            }.joined(separator: " ")
+            while line.last == " " { line.removeLast() }
+            Output.line(line)
         }
     }
 
@@ -37,15 +40,15 @@ enum ListCommand {
 
         var header: [String] {
             switch self {
-            case .generic: ["SERVICE", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
-            case .internet: ["SERVER", "PROTOCOL", "PORT", "PATH", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
-            case .both: ["CLASS", "SERVICE/SERVER", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"]
+            case .generic: ["SERVICE", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED", "EXPIRES"]
+            case .internet: ["SERVER", "PROTOCOL", "PORT", "PATH", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED", "EXPIRES"]
+            case .both: ["CLASS", "SERVICE/SERVER", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED", "EXPIRES"]
             }
         }
 
         func cells(_ a: AttributeDictionary, internet: Bool) -> [String] {
             let text = ListCommand.text
-            let common = [text(a["acct"]), text(a["agrp"]), accessible(a), text(a["labl"]), text(a["mdat"])]
+            let common = [text(a["acct"]), text(a["agrp"]), accessible(a), text(a["labl"]), text(a["mdat"]), text(a["expd"])]
             switch self {
             case .generic: return [text(a["svce"])] + common
             case .internet: return [text(a["srvr"]), InternetProtocol.name(text(a["ptcl"])), port(a), text(a["path"])] + common

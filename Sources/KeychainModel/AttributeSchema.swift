@@ -82,7 +82,14 @@ public final class ClassSchema: Sendable {
         .init("agrp", .string),
         .init("pdmn", .string),
         .init("sync", .number),
+        // keychaind's own (docs/semantics.md, "Expiry"): past it the item is never returned
+        // and the sweep deletes it. Only in the sealed blob: no column, so the database does
+        // not show when a token dies.
+        .init("expd", .date),
     ]
+
+    /// The expiry attribute's code.
+    public static let expiry = "expd"
 
     /// Attributes kept in clear columns rather than as keyed hashes.
     public static let plainColumns: Set<String> = ["cdat", "mdat", "agrp", "pdmn", "sync"]

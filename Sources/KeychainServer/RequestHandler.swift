@@ -32,6 +32,10 @@ final class RequestHandler {
     private var transfers = BackupTransfers()
     private let log: (String) -> Void
     private let clock: DaemonClock
+    /// When the next expiry sweep is due (monotonic): reads already hide expired items, so
+    /// the sweep only reclaims them, and opening every item is not worth doing more often.
+    private var nextSweep: Double
+    static let sweepInterval: Double = 300
 
     init(store: ItemStore, lockPolicy: LockPolicy, clock: DaemonClock = .system,
          log: @escaping (String) -> Void) throws(KeychainError) {
@@ -39,6 +43,7 @@ final class RequestHandler {
         self.clock = clock
         self.lockPolicy = lockPolicy
         self.log = log
+        nextSweep = clock.monotonic()
         machine = LockStateMachine(hasPasscode: store.hasPasscode, at: clock.monotonic(),
                                    gracePeriod: lockPolicy.gracePeriod, autoLockAfter: lockPolicy.autoLockAfter)
         let saved = try store.passcodeFailures()
@@ -335,15 +340,27 @@ final class RequestHandler {
         apply(actions)
     }
 
-    /// Time-driven events: grace periods ending, idle auto-lock.
+    /// Time-driven events: grace periods ending, idle auto-lock, the expiry sweep.
     func tick() {
         let wasUnlocked = machine.state == .unlocked
-        let actions = machine.tick(at: clock.monotonic(), hasPasscode: store.hasPasscode)
+        let now = clock.monotonic()
+        let actions = machine.tick(at: now, hasPasscode: store.hasPasscode)
         if wasUnlocked && machine.state == .locked { log("locked (idle for \(Int(lockPolicy.autoLockAfter)) s)") }
         apply(actions)
+        if now >= nextSweep {
+            nextSweep = now + Self.sweepInterval
+            do {
+                let swept = try store.items.sweepExpired()
+                if swept > 0 { log("expiry sweep: \(swept) expired item(s) deleted") }
+            } catch {
+                log("expiry sweep failed: \(error.message)")
+            }
+        }
     }
 
-    func nextDeadline() -> Double? { machine.nextDeadline(hasPasscode: store.hasPasscode) }
+    func nextDeadline() -> Double? {
+        min(machine.nextDeadline(hasPasscode: store.hasPasscode) ?? .infinity, nextSweep)
+    }
 
     private func apply(_ actions: [LockStateMachine.Action]) {
         for action in actions {

@@ -102,11 +102,14 @@ public struct BackupExporter {
         }
         var items: [AttributeDictionary] = []
         var sealedKeys = 0
+        let now = store.now()
         for cls in ItemClass.stored {
             for pdmn in Self.migratable {
                 let key = try store.classKey(pdmn)
                 try store.table.forEachRow(of: cls, protection: pdmn) { (row) throws(KeychainError) -> Bool in
                     guard let item = try? store.codec.open(row, classKey: key, withAttributes: true) else { return true }
+                    // An expired item is gone to every read; a backup does not bring it back.
+                    if item.isExpired(at: now) { return true }
                     // Not even sealed under the backup password: such a key exists only here.
                     if KeyItem.isSealed(item) {
                         sealedKeys += 1

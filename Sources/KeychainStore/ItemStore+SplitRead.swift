@@ -32,6 +32,9 @@ public struct FetchedRows: Sendable {
     public let lastRowID: Int64
     /// No row after these (for a page: the search is over).
     public let exhausted: Bool
+    /// The store's time at the lookup: an item expired by then is not returned, so a long
+    /// list judges each page by the time it was read.
+    let readAt: Double
 }
 
 /// One page of an answer: its results, how many rows were altered, and where the search goes
@@ -41,6 +44,8 @@ struct SearchPage {
     /// Items that matched (there are no results when the query asks for nothing back).
     let matched: Int
     let corrupt: Int
+    /// Rows that matched but had expired: like altered ones, they may have filled a SQL limit.
+    var expired = 0
     let next: Int64?
 }
 
@@ -88,8 +93,8 @@ public struct SplitReader: Sendable {
         }
         var found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.fetch(prepared.selection) },
                                wanted: wanted)
-        if prepared.limitedInSQL && found.corrupt > 0 && found.matched == 0 {
-            // Altered rows filled the SQL limit: a match may lie past it, so every row is read.
+        if prepared.limitedInSQL && found.corrupt + found.expired > 0 && found.matched == 0 {
+            // Altered or expired rows filled the SQL limit: a match may lie past it, so every row is read.
             var whole = prepared.plan.filter
             whole.limit = nil
             let selection = ItemTable.selection(whole)
@@ -124,11 +129,14 @@ public struct SplitReader: Sendable {
         let decode = query.returnAttributes || prepared.plan.needsOpening || KeyItem.needsAttributes(query)
         var items: [StoredItem] = []
         var corrupt = fetched.corrupt
+        var expired = 0
         for (row, key) in fetched.rows {
             if let wanted, items.count >= wanted { break }
             do throws(KeychainError) {
                 let item = try codec.open(row, classKey: key, withAttributes: decode)
-                if prepared.plan.matches(item) { items.append(item) }
+                if prepared.plan.matches(item) {
+                    if item.isExpired(at: fetched.readAt) { expired += 1 } else { items.append(item) }
+                }
             } catch where error.status == .decode {
                 corrupt += 1
             }
@@ -136,7 +144,7 @@ public struct SplitReader: Sendable {
         let done = fetched.exhausted || wanted.map { items.count >= $0 } ?? false
         var results: [ItemResult] = []
         if !items.isEmpty, case .list(let shaped) = try SecItems.result(for: items, query: query, single: false) { results = shaped }
-        return SearchPage(results: results, matched: items.count, corrupt: corrupt, next: done ? nil : fetched.lastRowID)
+        return SearchPage(results: results, matched: items.count, corrupt: corrupt, expired: expired, next: done ? nil : fetched.lastRowID)
     }
 }
 
@@ -183,7 +191,7 @@ extension ItemStore {
             return true
         }
         let exhausted = !cut && (maxBytes == nil || read < Self.pageRows)
-        return FetchedRows(rows: rows, corrupt: corrupt, lastRowID: last, exhausted: exhausted)
+        return FetchedRows(rows: rows, corrupt: corrupt, lastRowID: last, exhausted: exhausted, readAt: now())
     }
 }
 

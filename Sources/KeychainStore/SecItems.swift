@@ -61,10 +61,10 @@ public struct SecItems {
             try store.queueReplicaChange(inserted: inserted)
             return inserted.rowid
         }
-        return StoredItem(row: row, attributes: attributes, data: data)
+        return StoredItem(row: row, attributes: attributes, data: data, expiry: StoredItem.expiry(in: attributes))
     }
 
-    /// Inserts, or on a primary-key clash replaces the holder if it is an altered row.
+    /// Inserts, or on a primary-key clash replaces the holder if it is an altered or expired row.
     private func insertReplacingCorrupt(_ row: ItemRow) throws(KeychainError) -> Int64 {
         do throws(KeychainError) {
             return try store.table.insert(row)
@@ -74,19 +74,26 @@ public struct SecItems {
         }
     }
 
-    /// Deletes the row holding `row`'s primary key if it cannot be decrypted; otherwise
-    /// errSecDuplicateItem. An altered row leaves no sync tombstone: its blob opens for nobody,
-    /// and the new row's version supersedes its record.
+    /// Deletes the row holding `row`'s primary key if it cannot be decrypted or has expired;
+    /// otherwise errSecDuplicateItem. An expired holder is one no read returns, so an add must
+    /// not be refused for it (a token renewed after its expiry is added again, as it reads
+    /// as absent); its deletion goes to replicas as the sweep's would. An altered row leaves
+    /// no sync tombstone: its blob opens for nobody, and the new row's version supersedes its record.
     private func removeCorruptHolder(of row: ItemRow) throws(KeychainError) {
         let duplicate = KeychainError(.duplicateItem, "an item with the same primary key already exists in group \"\(row.accessGroup)\"")
         guard let holder = try store.table.primaryKeyHolder(of: row) else { throw duplicate }
+        let opened: StoredItem
         do throws(KeychainError) {
-            _ = try store.open(holder, withAttributes: false)
+            opened = try store.open(holder, withAttributes: false)
         } catch where error.status == .decode {
             try store.table.delete(rowid: holder.rowid)
             return
-        } catch {}
-        throw duplicate
+        } catch {
+            throw duplicate
+        }
+        guard opened.isExpired(at: store.now()) else { throw duplicate }
+        try store.queueReplicaChange(deleting: holder)
+        try store.table.delete(rowid: holder.rowid)
     }
 
     // MARK: SecItemCopyMatching
@@ -206,7 +213,9 @@ public struct SecItems {
                 guard try store.table.deleteRows(plan.filter) > 0 else { throw Self.nothingFound(corrupt: 0) }
                 return
             }
-            let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
+            // Expired items match a delete: they are gone to every read, and deleting them
+            // early only does the sweep's work (the column-only path above deletes them too).
+            let (items, corrupt) = try find(plan, limit: nil, withAttributes: true, includingExpired: true)
             guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
             for item in items {
                 try store.queueReplicaChange(deleting: item.row)
@@ -254,10 +263,12 @@ public struct SecItems {
 
     /// Opens and checks the rows a plan selects, up to `limit` matches. A row of a locked class
     /// fails the whole call (errSecInteractionNotAllowed, as on iOS); an altered row is skipped
-    /// and reported in `corrupt`.
-    func find(_ plan: SearchPlan, limit: Int?, withAttributes: Bool) throws(KeychainError) -> (items: [StoredItem], corrupt: Int) {
+    /// and reported in `corrupt`. An expired item matches nothing but a delete.
+    func find(_ plan: SearchPlan, limit: Int?, withAttributes: Bool,
+              includingExpired: Bool = false) throws(KeychainError) -> (items: [StoredItem], corrupt: Int) {
         var items: [StoredItem] = []
         var corrupt = 0
+        let now = store.now()
         let decode = withAttributes || plan.needsOpening
         try store.table.forEach(plan.filter) { (row) throws(KeychainError) -> Bool in
             let item: StoredItem
@@ -267,7 +278,7 @@ public struct SecItems {
                 corrupt += 1
                 return true
             }
-            if plan.matches(item) { items.append(item) }
+            if plan.matches(item) && (includingExpired || !item.isExpired(at: now)) { items.append(item) }
             return limit.map { items.count < $0 } ?? true
         }
         return (items, corrupt)
@@ -278,5 +289,33 @@ public struct SecItems {
         corrupt > 0
             ? KeychainError(.decode, "the matching item cannot be decrypted: its row in the database was altered")
             : KeychainError(.itemNotFound, "no item matches the query")
+    }
+
+    // MARK: expiry
+
+    /// Deletes every expired item of the classes whose keys are loaded (the others wait for
+    /// their unlock: their expiry is sealed with them), each deletion queued for replicas as a
+    /// delete. Returns how many went. One transaction: the daemon runs it under its store lock.
+    public func sweepExpired() throws(KeychainError) -> Int {
+        let now = store.now()
+        return try store.database.transaction { () throws(KeychainError) -> Int in
+            var expired: [ItemRow] = []
+            for cls in ItemClass.stored {
+                for pdmn in Protection.allCases where store.isAvailable(pdmn) {
+                    let key = try store.classKey(pdmn)
+                    try store.table.forEachRow(of: cls, protection: pdmn) { (row) throws(KeychainError) -> Bool in
+                        if let item = try? store.codec.open(row, classKey: key, withAttributes: false), item.isExpired(at: now) {
+                            expired.append(row)
+                        }
+                        return true
+                    }
+                }
+            }
+            for row in expired {
+                try store.queueReplicaChange(deleting: row)
+                try store.table.delete(rowid: row.rowid)
+            }
+            return expired.count
+        }
     }
 }

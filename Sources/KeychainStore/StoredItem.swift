@@ -8,8 +8,19 @@ struct StoredItem {
     var row: ItemRow
     var attributes: AttributeDictionary
     var data: SecretBytes
+    /// The item's expiry (CFAbsoluteTime), read even when its attributes were not asked for.
+    var expiry: Double? = nil
 
     var itemClass: ItemClass { row.itemClass }
+
+    /// Past its expiry at `now`: never returned, and deleted by the sweep.
+    func isExpired(at now: Double) -> Bool { expiry.map { $0 <= now } ?? false }
+
+    /// The expiry `attributes` hold, if any.
+    static func expiry(in attributes: AttributeDictionary) -> Double? {
+        if case .date(let t)? = attributes[ClassSchema.expiry] { return t }
+        return nil
+    }
 }
 
 /// The 16 bytes behind a persistent reference: the creation time in milliseconds since 2001
@@ -152,16 +163,15 @@ struct ItemCodec {
     }
 
     /// Opens a row with its class key; errSecDecode if anything about it was altered. The
-    /// attributes are decoded only when asked for (`attributes` is empty otherwise).
+    /// attributes are returned only when asked for (`attributes` is empty otherwise).
     func open(_ row: ItemRow, classKey: SecureKey, withAttributes: Bool) throws(KeychainError) -> StoredItem {
         let plaintext = try ItemSealer.open(row.blob, identity: identity(of: row), classKey: classKey)
         var r = ByteReader(plaintext, failure: .decode)
         let data = try r.lengthPrefixed(max: KeychainLimits.maxSecretBytes)
-        var attributes: AttributeDictionary = [:]
-        if withAttributes {
-            attributes = try AttributeCodec.decode(from: &r)
-            guard r.isAtEnd else { throw KeychainError(.decode, "item has trailing bytes") }
-        }
-        return StoredItem(row: row, attributes: attributes, data: data)
+        // Decoded even when not asked for: whether the item has expired is in them.
+        let attributes = try AttributeCodec.decode(from: &r)
+        guard r.isAtEnd else { throw KeychainError(.decode, "item has trailing bytes") }
+        return StoredItem(row: row, attributes: withAttributes ? attributes : [:], data: data,
+                          expiry: StoredItem.expiry(in: attributes))
     }
 }

@@ -87,6 +87,45 @@ struct GitCredentialTests {
         #expect(try d.cli(["list", "--class", "internet-password", "--json"]).text.trimmingCharacters(in: .whitespacesAndNewlines) == "[]")
     }
 
+    // MARK: password_expiry_utc, as git 2.41 and later send it
+
+    @Test func aCredentialIsNotAnsweredAfterItsExpiry() throws {
+        let d = try RunningDaemon()
+        let expiry = Int(Date().timeIntervalSince1970) + 8
+        let store = "protocol=https\nhost=git.example.com\nusername=bob\npassword=short-lived\npassword_expiry_utc=\(expiry)\n"
+        #expect(try run(d, Self.helper, ["store"], input: store).status == 0)
+        let before = try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n")
+        #expect(before.text == "username=bob\npassword=short-lived\npassword_expiry_utc=\(expiry)\n")
+        while Date().timeIntervalSince1970 < Double(expiry) + 0.5 { usleep(200_000) }
+        #expect(try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n").text.isEmpty)
+        // Once expired it takes no room: the renewed token is stored, not refused as a duplicate.
+        #expect(try run(d, Self.helper, ["store"], input: "protocol=https\nhost=git.example.com\nusername=bob\npassword=renewed\n").status == 0)
+        #expect(try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n").text == "username=bob\npassword=renewed\n")
+    }
+
+    @Test func aCredentialStoredAlreadyExpiredIsNeverAnswered() throws {
+        let d = try RunningDaemon()
+        let store = "protocol=https\nhost=git.example.com\nusername=bob\npassword=stale\npassword_expiry_utc=1000000000\n"
+        #expect(try run(d, Self.helper, ["store"], input: store).status == 0)
+        #expect(try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n").text.isEmpty)
+    }
+
+    @Test func storingAgainWithoutAnExpiryDropsTheOldOne() throws {
+        let d = try RunningDaemon()
+        let later = Int(Date().timeIntervalSince1970) + 3_600
+        _ = try run(d, Self.helper, ["store"], input: "protocol=https\nhost=git.example.com\nusername=bob\npassword=one\npassword_expiry_utc=\(later)\n")
+        _ = try run(d, Self.helper, ["store"], input: "protocol=https\nhost=git.example.com\nusername=bob\npassword=two\n")
+        #expect(try run(d, Self.helper, ["get"], input: "protocol=https\nhost=git.example.com\n").text == "username=bob\npassword=two\n")
+    }
+
+    @Test func theExpiryIsTheItemsExpdThatKeychainListShows() throws {
+        let d = try RunningDaemon()
+        _ = try run(d, Self.helper, ["store"], input: "protocol=https\nhost=git.example.com\nusername=bob\npassword=tok\npassword_expiry_utc=2000000000\n")
+        let list = try d.cli(["list", "--class", "internet-password"])
+        #expect(list.text.contains("EXPIRES"))
+        #expect(list.text.contains("2033-05-18T03:33:20Z"))
+    }
+
     @Test func aLockedKeychainMakesGetFailQuietlyWithAHint() throws {
         let d = try RunningDaemon()
         _ = try git(d, "approve", bob)

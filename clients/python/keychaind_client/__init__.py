@@ -588,13 +588,19 @@ class Connection:
             raise
 
     def set_password(self, service: str, account: str, secret: Union[str, bytes],
-                     accessible: Optional[str] = None, *, synchronizable: Synchronizable = None) -> None:
+                     accessible: Optional[str] = None, *, synchronizable: Synchronizable = None,
+                     expires: Optional[Union[_dt.datetime, _dt.timedelta]] = None) -> None:
         """Adds or replaces a generic password; secret is bytes or str. accessible: when the
         secret is readable, by name ("when-unlocked", the default; "after-first-unlock"...,
         see ACCESSIBLE) or by its pdmn code. synchronizable=True: the synced item of that
-        service and account (a this-device-only class is then refused, Status.PARAM)."""
+        service and account (a this-device-only class is then refused, Status.PARAM).
+        expires: an aware datetime or a lifetime from now (the item's "expd": past it the
+        daemon never returns it and deletes it); None keeps a replaced item's expiry."""
         data = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
         item = {"class": "genp", "svce": service, "acct": account, "v_Data": data}
+        expiry = _expiry(expires)
+        if expiry is not None:
+            item["expd"] = expiry
         if accessible:
             accessible = _pdmn(accessible)
             item["pdmn"] = accessible
@@ -604,6 +610,8 @@ class Connection:
             if e.status != Status.DUPLICATE_ITEM:
                 raise
             changes: Attributes = {"v_Data": data}
+            if expiry is not None:
+                changes["expd"] = expiry
             if accessible:
                 changes["pdmn"] = accessible
             self.update({"class": "genp", "svce": service, "acct": account}, changes, synchronizable=synchronizable)
@@ -613,6 +621,19 @@ class Connection:
         KeychainError(ITEM_NOT_FOUND) when there is none. Works while the keychain is locked,
         as SecItemDelete does: deleting needs no class key."""
         self.delete({"class": "genp", "svce": service, "acct": account}, synchronizable=synchronizable)
+
+
+def _expiry(expires):
+    """`expires` as the date keychaind stores, or None."""
+    if expires is None:
+        return None
+    if isinstance(expires, _dt.timedelta):
+        return _dt.datetime.now(_dt.timezone.utc) + expires
+    if isinstance(expires, _dt.datetime):
+        if expires.tzinfo is None:
+            raise ValueError("expires: give an aware datetime (a naive one's zone is a guess)")
+        return expires
+    raise TypeError("expires is a datetime or a timedelta, not %s" % type(expires).__name__)
 
 
 def _lp(b):

@@ -1,3 +1,4 @@
+import datetime
 import os
 import re
 import shutil
@@ -147,6 +148,27 @@ def test_set_password_takes_accessibility_by_name(conn):
     with pytest.raises(ValueError) as e:
         conn.set_password("svc", "me", "x", accessible="sometimes")
     assert "when-unlocked" in str(e.value)
+
+
+def test_set_password_passes_an_expiry_the_daemon_keeps(conn):
+    conn.set_password("svc", "me", "x", expires=datetime.timedelta(hours=1))
+    expd = conn.copy_matching({"class": "genp", "svce": "svc", "r_Attributes": True})["expd"]
+    left = expd.to_datetime() - datetime.datetime.now(datetime.timezone.utc)
+    assert datetime.timedelta(minutes=59) < left <= datetime.timedelta(hours=1)
+
+
+def test_an_expired_password_is_not_returned(conn):
+    past = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    conn.set_password("svc", "gone", "x", expires=past)
+    assert conn.get_password("svc", "gone") is None
+    # It takes no room: setting it again adds it anew.
+    conn.set_password("svc", "gone", "y")
+    assert conn.get_password("svc", "gone") == b"y"
+
+
+def test_a_naive_expiry_is_refused(conn):
+    with pytest.raises(ValueError):
+        conn.set_password("svc", "me", "x", expires=datetime.datetime(2099, 1, 1))
 
 
 def test_the_package_ships_py_typed(tmp_path):
