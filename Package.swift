@@ -28,6 +28,11 @@ let package = Package(
         // Already resolved through swift-certificates; named because KeychainCertificates
         // reads the raw DER fields Apple stores (names, serial, public key bits) itself.
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        // The daemon's metrics (issue 27), in keychaind only: the client never links them.
+        // swift-metrics is swift-prometheus's own dependency (its CoreMetrics), named so that
+        // the version below is the one resolved.
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     // Every C module a target imports is one of its declared dependencies, not reached through
     // another target's (`grep -rh '^ *\(internal \)\?import C' Sources/T Tests/T` per target).
@@ -97,6 +102,8 @@ let package = Package(
             dependencies: [
                 "KeychainStore", "KeychainProtocol", "KeychainCrypto", "KeychainSync", "CSystemShim", "TOML", "DBus",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
         ),
         .target(name: "KeychainClient", dependencies: ["KeychainProtocol", "KeychainModel"]),

@@ -111,6 +111,10 @@ let commands: [Command] = [
             Output.line("\(key): \(JSON.value(info[key]!).trimmingQuotes)")
         }
     },
+    Command(spec: CommandSpec(name: "metrics", summary: "Print keychaind's metrics in Prometheus's text format (admin).",
+                              options: globalOptions, flags: [])) { c in
+        Output.text(try c.connection().metrics())
+    },
     Command(spec: CommandSpec(name: "lock", summary: "Lock the keychain (admin); says how long when-unlocked items stay readable (the grace period).",
                               options: globalOptions, flags: jsonFlag)) { c in
         let connection = try c.connection()

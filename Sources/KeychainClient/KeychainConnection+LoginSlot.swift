@@ -24,6 +24,11 @@ extension KeychainConnection {
 
     /// Follows a change of the login password; an empty `old` (unknown: a reset by root) marks
     /// the slot stale.
+    /// The daemon's metrics, Prometheus's text exposition (admin).
+    public func metrics() throws(KeychainError) -> String {
+        String(decoding: try perform(Calls.data(.metrics, "metrics")), as: UTF8.self)
+    }
+
     public func rewrapLoginSlot(old: [UInt8], new: [UInt8]) throws(KeychainError) {
         try perform(Calls.done(.loginSlotRewrap(old: SecretBytes(old), new: SecretBytes(new))))
     }

@@ -82,6 +82,8 @@ public enum Request: Sendable, Equatable {
     /// Follows a change of the login password. An empty `old` (a reset by root, which knows
     /// no old password) marks the slot stale; so does an `old` that does not open it.
     case loginSlotRewrap(old: SecretBytes, new: SecretBytes)
+    /// The daemon's metrics in Prometheus's text exposition (admin; issue 27).
+    case metrics
 
     /// The longest fingerprint text accepted (32 digits with spaces between groups, and some slack).
     public static let maxFingerprintTextBytes = 128
@@ -105,6 +107,7 @@ public enum Request: Sendable, Equatable {
         case syncRemove = 36, syncLeave = 38
         // 40-44: the login slot (issue 26).
         case loginSlotAdd = 40, loginSlotRemove = 41, loginSlotStatus = 42, loginUnlock = 43, loginSlotRewrap = 44
+        case metrics = 45
     }
 
     public var operation: Operation {
@@ -148,6 +151,7 @@ public enum Request: Sendable, Equatable {
         case .loginSlotStatus: .loginSlotStatus
         case .loginUnlock: .loginUnlock
         case .loginSlotRewrap: .loginSlotRewrap
+        case .metrics: .metrics
         }
     }
 
@@ -160,6 +164,8 @@ public enum Request: Sendable, Equatable {
         case .syncRemove, .syncLeave: true
         // As unlock: by default the keychain's own uid and root (docs/security.md, "The login slot").
         case .loginSlotAdd, .loginSlotRemove, .loginSlotStatus, .loginUnlock, .loginSlotRewrap: true
+        // Lock state and the timing of every call: not for any local user (docs/security.md, "Metrics").
+        case .metrics: true
         case .asCaller(_, _, let inner): inner.isAdministrative
         default: false
         }
@@ -263,7 +269,7 @@ public enum WireCodec {
              .keyEncrypt(let q, let c), .keyDecrypt(let q, let c):
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
-        case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave, .loginSlotRemove, .loginSlotStatus:
+        case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave, .loginSlotRemove, .loginSlotStatus, .metrics:
             break
         case .loginSlotAdd(let p), .loginUnlock(let p):
             w.lengthPrefixed(p)
@@ -417,6 +423,7 @@ public enum WireCodec {
         case .loginSlotAdd: request = .loginSlotAdd(password: try passcode(&r))
         case .loginSlotRemove: request = .loginSlotRemove
         case .loginSlotStatus: request = .loginSlotStatus
+        case .metrics: request = .metrics
         case .loginUnlock: request = .loginUnlock(password: try passcode(&r))
         case .loginSlotRewrap:
             let old = try passcode(&r)

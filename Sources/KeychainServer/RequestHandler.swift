@@ -327,6 +327,8 @@ final class RequestHandler {
             try markStale(reason: "the login password was reset without the old one")
         case .loginSlotAdd:
             throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
+        case .metrics:
+            throw KeychainError(.internal, "metrics are answered by the executor, which holds them")
         }
         return Response()
     }

@@ -237,12 +237,15 @@ public final class KeychainServer: LifecycleService, Sendable {
                 return (decision, line)
             }
             if let line { logger.warning("\(line)") }
+            executor.metrics.connectionAccepted()
             guard decision == .admit else {
+                executor.metrics.refused(decision == .tooManyRefused ? "too_many_refused" : "too_many_connections")
                 socket.close()
                 guard rejoinAcceptors() else { return }
                 continue
             }
             if let refusal {
+                executor.metrics.refused("policy")
                 serveRefused(socket, caller, refusal)
             } else {
                 serve(socket, caller, process, bridge: bridgeLink(caller, process))

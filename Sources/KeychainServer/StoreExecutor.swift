@@ -73,6 +73,9 @@ final class StoreExecutor: Sendable {
     /// The sync calls and the sync thread, which talk to PostgreSQL between short holds of the lock.
     private let sync: SyncCalls
 
+    /// Counts and timings of the calls answered, and the server's connections (issue 27).
+    let metrics = DaemonMetrics()
+
     /// Whether any application is told apart by its executable. Only then does each request
     /// re-check its process's executable: otherwise the executable grants nothing, and the
     /// check would cost every call a system call for no promise.
@@ -120,7 +123,10 @@ final class StoreExecutor: Sendable {
     func submit(_ request: Request, from caller: Caller, bridgePID: Int32? = nil,
                 emit: (Response) -> Bool = { _ in true }) -> Response {
         let current = settings.withLock { $0 }
+        let started = MonotonicClock.nanoseconds()
         let response = run(request, from: caller, policy: current.policy, reader: current.reader, emit: emit)
+        metrics.record(request, status: response.status, nanoseconds: Int64(MonotonicClock.nanoseconds() &- started),
+                       viaBridge: bridgePID != nil)
         // The bridge asks for status every second to learn of changes (docs/secret-service.md,
         // "Changes made outside the bridge"): a line each time would bury the calls that matter.
         if request == .status && bridgePID == nil && current.policy.isBridge(caller.executable) { return response }
@@ -145,6 +151,7 @@ final class StoreExecutor: Sendable {
 
     private func run(_ request: Request, from caller: Caller, policy: AccessPolicy, reader: SplitReader?,
                      emit: (Response) -> Bool) -> Response {
+        if case .metrics = request { return metricsAnswer(for: caller, policy: policy) }
         if case .copyMatching(let query) = request {
             guard let reader else { return Self.stopping }
             return search(query, from: caller, policy: policy, reader: reader, emit: emit)
@@ -209,6 +216,22 @@ final class StoreExecutor: Sendable {
         }
         if queuedSync { sync.loop.wake() }
         return response
+    }
+
+    /// Op 45: the exposition, its gauges read now (admin only: lock state and the timing of
+    /// every call are not for any local user).
+    private func metricsAnswer(for caller: Caller, policy: AccessPolicy) -> Response {
+        guard policy.isAdmin(caller) else {
+            return Response(error: KeychainError(.missingEntitlement, "metrics is an admin call; uid \(caller.uid) is not an admin of this keychaind"))
+        }
+        let (locked, backlog) = store.withLock { (store) -> (Bool, Int?) in
+            guard let handler = store.handler else { return (true, nil) }
+            return (handler.machine.state != .unlocked, try? handler.store.replica.outbox.entries().count)
+        }
+        let lastPass = sync.loop.report?.status.lastSuccessfulPass
+        let sinceSync = lastPass.map { (DaemonClock.system.wall() - absoluteTimeIntervalSince1970) - Double($0) / 1000 }
+        let text = metrics.exposition(locked: locked, outboxEntries: backlog, secondsSinceSync: sinceSync)
+        return Response(result: .single(.data(SecretBytes(text.utf8))))
     }
 
     /// A call that runs Argon2id holds the store's lock only to check it and copy what it needs,

@@ -288,7 +288,7 @@ _OPS = {"add": 1, "copyMatching": 2, "update": 3, "delete": 4, "status": 5,
         "keyGenerate": 24, "keyPublic": 25, "keySign": 26, "keyVerify": 27, "keyAgree": 28,
         "keyEncrypt": 29, "keyDecrypt": 30,
         "syncStatus": 32, "syncCreate": 33, "syncJoin": 34, "syncApprove": 35, "syncRemove": 36,
-        "syncDevices": 37, "syncLeave": 38, "syncNow": 39}
+        "syncDevices": 37, "syncLeave": 38, "syncNow": 39, "metrics": 45}
 
 
 class Connection:
@@ -353,6 +353,10 @@ class Connection:
 
     def lock(self) -> None:
         self._call("lock", b"", retry=True)
+
+    def metrics(self) -> str:
+        """The daemon's metrics, Prometheus's text exposition (admin callers only)."""
+        return bytes(self._call("metrics", b"", retry=True)).decode("utf-8")
 
     def unlock(self, passcode: Union[str, bytes]) -> None:
         self._call("unlock", _lp(passcode))
