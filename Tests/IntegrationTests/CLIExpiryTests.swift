@@ -1,4 +1,5 @@
 import Foundation
+import KeychainClient
 import KeychainModel
 import Testing
 
@@ -45,5 +46,24 @@ struct CLIExpiryTests {
             #expect(r.stderr.contains("--expires"), "\(text)")
         }
         #expect(try d.cli(["get"] + item).status == Exit.notFound)
+    }
+
+    /// The sweep runs when keychaind starts (then every 300 s): an item that expired while it
+    /// was stopped is deleted, and the log says how many went.
+    @Test func theDaemonSweepsExpiredItemsAtStart() throws {
+        let d = try RunningDaemon()
+        try KeychainConnection(socketPath: d.socketPath).add([
+            "class": .string("genp"), "svce": .string("s"), "acct": .string("gone"), "v_Data": .data(bytes("x")),
+            "expd": .date(Date().timeIntervalSince1970 - absoluteTimeIntervalSince1970 + 1)])
+        _ = try d.cli(["add", "--service", "s", "--account", "kept"], input: bytes("y"))
+        usleep(1_100_000)  // past the first item's expiry
+        try d.restart()
+        var waited = 0
+        while !d.log.contains("expiry sweep: 1 expired item(s) deleted") && waited < 300 {
+            usleep(100_000)
+            waited += 1
+        }
+        #expect(d.log.contains("expiry sweep: 1 expired item(s) deleted"), "\(d.log)")
+        #expect(try d.cli(["get", "--service", "s", "--account", "kept"]).stdout == bytes("y"))
     }
 }
