@@ -61,8 +61,8 @@ final class RequestHandler {
             return response
         case .derive(let derivation):
             return finish(derivation, Result { () throws(KeychainError) in try derivation.run() }, from: caller)
-        case .sign(let signature):
-            return Self.signed(signature)
+        case .useKey(let call):
+            return Self.answer(call)
         }
     }
 
@@ -70,15 +70,15 @@ final class RequestHandler {
         case answered(Response)
         /// The call continues with Argon2id, then `finish`.
         case derive(Derivation)
-        /// A signature: its key is out of the store, the signing itself is left to the caller
-        /// (outside the store's lock), then `signed`.
-        case sign(PreparedSignature)
+        /// A key call (sign, verify, agree, encrypt, decrypt, public key): its key is out of the
+        /// store, using it is left to the caller (outside the store's lock), then `answer`.
+        case useKey(PreparedKeyCall)
     }
 
-    /// The answer of a prepared signature: needs nothing of the handler, so it runs anywhere.
-    static func signed(_ signature: PreparedSignature) -> Response {
+    /// The answer of a prepared key call: needs nothing of the handler, so it runs anywhere.
+    static func answer(_ call: PreparedKeyCall) -> Response {
         do throws(KeychainError) {
-            return Response(result: .single(.data(SecretBytes(try signature.make()))))
+            return Response(result: .single(try call.run()))
         } catch {
             return Response(error: error)
         }
@@ -93,12 +93,23 @@ final class RequestHandler {
         do {
             let scope = try authorize(request, caller: caller, policy: policy)
             if let derivation = try prepare(request) { return .derive(derivation) }
-            if case .keySign(let query, let parameters) = request {
-                return .sign(try store.keys.signature(query, parameters: parameters, scope: scope))
-            }
+            if let call = try prepareKeyCall(request, scope: scope) { return .useKey(call) }
             return .answered(try perform(request, scope: scope, caller: caller, policy: policy))
         } catch {
             return .answered(Response(error: error))
+        }
+    }
+
+    /// A key call's key, opened, with its checked parameters; nil for any other call.
+    private func prepareKeyCall(_ request: Request, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall? {
+        switch request {
+        case .keyPublic(let query): try store.keys.publicKeyExport(query, scope: scope)
+        case .keySign(let query, let parameters): try store.keys.signature(query, parameters: parameters, scope: scope)
+        case .keyVerify(let query, let parameters): try store.keys.verification(query, parameters: parameters, scope: scope)
+        case .keyAgree(let query, let parameters): try store.keys.agreement(query, parameters: parameters, scope: scope)
+        case .keyEncrypt(let query, let parameters): try store.keys.encryption(query, parameters: parameters, scope: scope)
+        case .keyDecrypt(let query, let parameters): try store.keys.decryption(query, parameters: parameters, scope: scope)
+        default: nil
         }
     }
 
@@ -270,19 +281,8 @@ final class RequestHandler {
             try store.items.delete(dict, scope: scope)
         case .keyGenerate(let dict):
             return Response(result: try store.keys.generateKey(dict, scope: scope))
-        case .keyPublic(let query):
-            return Response(result: .single(.data(SecretBytes(try store.keys.publicKey(query, scope: scope)))))
-        case .keySign(let query, let parameters):
-            return Response(result: .single(.data(SecretBytes(try store.keys.sign(query, parameters: parameters, scope: scope)))))
-        case .keyVerify(let query, let parameters):
-            let valid = try store.keys.verify(query, parameters: parameters, scope: scope)
-            return Response(result: .single(.attributes(["valid": .bool(valid)])))
-        case .keyAgree(let query, let parameters):
-            return Response(result: .single(.data(try store.keys.agree(query, parameters: parameters, scope: scope))))
-        case .keyEncrypt(let query, let parameters):
-            return Response(result: .single(.data(SecretBytes(try store.keys.encrypt(query, parameters: parameters, scope: scope)))))
-        case .keyDecrypt(let query, let parameters):
-            return Response(result: .single(.data(try store.keys.decrypt(query, parameters: parameters, scope: scope))))
+        case .keyPublic, .keySign, .keyVerify, .keyAgree, .keyEncrypt, .keyDecrypt:
+            throw KeychainError(.internal, "\(request.operation) is a key call, prepared before perform")
         case .status:
             return Response(result: .single(.attributes(status(scope, forBridge: policy.isBridge(caller.executable)))))
         case .lock:

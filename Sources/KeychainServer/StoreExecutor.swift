@@ -13,7 +13,7 @@ import Synchronization
 /// A writer whose request a previous holder already committed finds its answer waiting and
 /// returns at once. Every reply is sent only after its commit. A call that runs Argon2id
 /// (unlock, passcode changes, backup, restore) holds the lock before and after it, not during
-/// it; a signature holds it to open its key, not to sign.
+/// it; a key call (sign, agree, decrypt...) holds it to open its key, not to use it.
 ///
 /// Everything mutable sits in a Mutex, so it cannot be touched without its lock.
 final class StoreExecutor: Sendable {
@@ -70,6 +70,10 @@ final class StoreExecutor: Sendable {
     /// busy is kept, not lost.
     private let timerWake = DispatchSemaphore(value: 0)
 
+    /// Makes a prepared key call, outside the store's lock. Always `RequestHandler.answer` but
+    /// in tests, which hold a key call here to show who is served meanwhile.
+    private let useKey: @Sendable (PreparedKeyCall) -> Response
+
     /// The sync calls and the sync thread, which talk to PostgreSQL between short holds of the lock.
     private let sync: SyncCalls
 
@@ -83,7 +87,9 @@ final class StoreExecutor: Sendable {
 
     init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
          syncDatabase: String? = nil, syncTiming: SyncLoop.Timing = SyncLoop.Timing(),
+         useKey: @escaping @Sendable (PreparedKeyCall) -> Response = RequestHandler.answer,
          log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
+        self.useKey = useKey
         sync = SyncCalls(database: syncDatabase, timing: syncTiming, log: log)
         let reader = itemStore.splitReader
         store = PthreadMutex(Store(handler: try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)))
@@ -178,7 +184,7 @@ final class StoreExecutor: Sendable {
             }
             return response
         }
-        if case .keySign = request { return signing(request, from: caller, policy: policy) }
+        if Self.usesAKey(request) { return usingKey(request, from: caller, policy: policy) }
         guard request.writesItems else {
             let response = locked { $0.handle(request, from: caller, policy: policy) }
             if request.isAdministrative { timerWake.signal() }
@@ -248,13 +254,21 @@ final class StoreExecutor: Sendable {
         }
     }
 
-    /// A signature holds the lock only to find and open its key; the signing, the one costly
-    /// step, runs on the caller's thread alongside other calls, so signers use every core.
-    private func signing(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
+    private static func usesAKey(_ request: Request) -> Bool {
+        switch request {
+        case .keyPublic, .keySign, .keyVerify, .keyAgree, .keyEncrypt, .keyDecrypt: true
+        default: false
+        }
+    }
+
+    /// A key call holds the lock only to find and open its key; using it, the costly step (a
+    /// KDF over a frame of shared info takes seconds), runs on the caller's thread alongside
+    /// other calls, so key users use every core and hold nobody up.
+    private func usingKey(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
         switch store.withLock({ $0.handler?.begin(request, from: caller, policy: policy) }) {
-        case .sign(let signature)?: return RequestHandler.signed(signature)
+        case .useKey(let call)?: return useKey(call)
         case .answered(let response)?: return response
-        case .derive?: return Response(error: KeychainError(.internal, "a signature asked for a key derivation"))
+        case .derive?: return Response(error: KeychainError(.internal, "a key call asked for a key derivation"))
         case nil: return Self.stopping
         }
     }

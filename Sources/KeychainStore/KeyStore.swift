@@ -55,36 +55,53 @@ public struct KeyStore {
     }
 
     public func publicKey(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
-        try privateKey(query, usage: nil, scope: scope).publicKey
+        try Array(publicKeyExport(query, scope: scope).data())
+    }
+
+    /// The key whose public half is asked for, opened: for the 25519 keys the public key is a
+    /// scalar multiplication, left to `run` outside the store's lock.
+    public func publicKeyExport(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
+        PreparedKeyCall(key: try privateKey(query, usage: nil, scope: scope), use: .publicKey)
     }
 
     /// Needs the key's sign flag.
     public func sign(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
-        try signature(query, parameters: parameters, scope: scope).make()
+        try Array(signature(query, parameters: parameters, scope: scope).data())
     }
 
     /// The key and the checked parameters of a signature, without making it: the daemon takes
     /// the key out under the store's lock and signs outside it, so concurrent signers use
     /// every core. Needs the key's sign flag.
-    public func signature(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedSignature {
+    public func signature(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.signingAlgorithm()
         let data = try call.bytes("data")
-        return PreparedSignature(key: try privateKey(query, usage: "sign", scope: scope), data: data, algorithm: algorithm)
+        return PreparedKeyCall(key: try privateKey(query, usage: "sign", scope: scope), use: .sign(data, algorithm))
     }
 
     /// Needs no flag: verification uses only the public key, which anyone may have.
     public func verify(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> Bool {
+        try verification(query, parameters: parameters, scope: scope).run() == .attributes(["valid": .bool(true)])
+    }
+
+    /// A verification's key and parameters; the verification itself (for P-256 the costlier
+    /// half of ECDSA) is left to `run`.
+    public func verification(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.signingAlgorithm()
         let data = try call.bytes("data")
         let signature = try call.bytes("signature")
-        let key = try privateKey(query, usage: nil, scope: scope)
-        return try PublicKeyVerifier.verify(signature, of: data, publicKey: key.publicKey, type: key.type, algorithm: algorithm)
+        return PreparedKeyCall(key: try privateKey(query, usage: nil, scope: scope), use: .verify(signature, data, algorithm))
     }
 
     /// Needs the key's drve flag.
     public func agree(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> SecretBytes {
+        try agreement(query, parameters: parameters, scope: scope).data()
+    }
+
+    /// A key agreement's key and parameters. Its KDF may hash up to a frame's worth of shared
+    /// info 2,048 times (seconds), which must not hold the store's lock.
+    public func agreement(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
         let call = KeyCallParameters(parameters)
         guard case .string(let name)? = parameters["algorithm"], let algorithm = KeyAgreementAlgorithm(rawValue: name) else {
             throw KeychainError(.param, "algorithm must be one of \(KeyAgreementAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -96,10 +113,9 @@ public struct KeyStore {
             size = Int(n)
         }
         let sharedInfo = parameters["sharedInfo"] == nil ? [] : try call.bytes("sharedInfo")
-        return try privateKey(query, usage: "drve", scope: scope)
-            .agree(with: peer, algorithm: algorithm, requestedSize: size, sharedInfo: sharedInfo)
+        return PreparedKeyCall(key: try privateKey(query, usage: "drve", scope: scope),
+                               use: .agree(peer, algorithm, requestedSize: size, sharedInfo: sharedInfo))
     }
-
 
     // MARK: encryption (docs/keys.md, Encryption; docs/protocol.md, ops 29 and 30)
 
@@ -109,6 +125,12 @@ public struct KeyStore {
     /// to the caller, which its row's columns tell (klbl is the public key's SHA-1), so a
     /// when-unlocked key can still be encrypted to while the keychain is locked.
     public func encrypt(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
+        try Array(encryption(query, parameters: parameters, scope: scope).data())
+    }
+
+    /// An encryption's public key (the caller's, checked visible, or the opened key's) and
+    /// plaintext, still in wiped memory.
+    public func encryption(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.encryptionAlgorithm()
         let plaintext = try call.secret("data")
@@ -118,19 +140,24 @@ public struct KeyStore {
                 throw KeychainError(.param, "\(algorithm.rawValue) needs a \(algorithm.keyType.rawValue) public key of \(algorithm.keyType.publicKeyBytes) bytes, not \(publicKey.count)")
             }
             try requireVisibleKey(query, publicKey: publicKey, type: algorithm.keyType, scope: scope)
-            return try PublicKeyEncryptor.encrypt(plaintext, to: publicKey, type: algorithm.keyType, algorithm: algorithm)
+            return PreparedKeyCall(key: nil, use: .encrypt(plaintext, to: publicKey, algorithm.keyType, algorithm))
         }
         let key = try privateKey(query, usage: nil, scope: scope)
-        return try PublicKeyEncryptor.encrypt(plaintext, to: key.publicKey, type: key.type, algorithm: algorithm)
+        return PreparedKeyCall(key: key, use: .encrypt(plaintext, to: nil, key.type, algorithm))
     }
 
     /// Decrypts with the private key the query finds: needs its decr flag and its class key.
     /// Every failed decryption (wrong key, altered or truncated ciphertext) is errSecParam.
     public func decrypt(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> SecretBytes {
+        try decryption(query, parameters: parameters, scope: scope).data()
+    }
+
+    /// A decryption's key and ciphertext: the largest a frame allows is decrypted outside the lock.
+    public func decryption(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.encryptionAlgorithm()
         let ciphertext = try call.bytes("data")
-        return try privateKey(query, usage: "decr", scope: scope).decrypt(ciphertext, algorithm: algorithm)
+        return PreparedKeyCall(key: try privateKey(query, usage: "decr", scope: scope), use: .decrypt(ciphertext, algorithm))
     }
 
     /// errSecItemNotFound unless the query finds, in the caller's groups, a private key of
@@ -168,15 +195,62 @@ public struct KeyStore {
     }
 }
 
-/// A signature whose key has been found and opened, to be made later, on any thread. The key's
-/// bytes stay in `SecretBytes` (wiped when the last copy goes), so carrying it out of the lock
-/// leaves nothing in freed memory.
-public struct PreparedSignature: Sendable {
-    let key: PrivateKey
-    let data: [UInt8]
-    let algorithm: KeySigningAlgorithm
+/// A key call whose key has been found and opened under the store's lock, to be made later on
+/// any thread: the daemon uses the key outside the lock, so concurrent key calls use every core
+/// and a slow one (a KDF over a large shared info, a large decryption) holds nobody up. The
+/// key's bytes stay in `SecretBytes` (wiped when the last copy goes), so carrying it out of the
+/// lock leaves nothing in freed memory.
+public struct PreparedKeyCall: Sendable {
+    enum Use: Sendable {
+        case publicKey
+        case sign([UInt8], KeySigningAlgorithm)
+        case verify(_ signature: [UInt8], _ data: [UInt8], KeySigningAlgorithm)
+        case agree(_ peer: [UInt8], KeyAgreementAlgorithm, requestedSize: Int?, sharedInfo: [UInt8])
+        /// `to` nil: the opened key's own public key.
+        case encrypt(SecretBytes, to: [UInt8]?, KeyType, KeyEncryptionAlgorithm)
+        case decrypt([UInt8], KeyEncryptionAlgorithm)
+    }
 
-    public func make() throws(KeychainError) -> [UInt8] { try key.sign(data, algorithm: algorithm) }
+    /// nil only for an encryption to a public key the caller gave.
+    let key: PrivateKey?
+    let use: Use
+
+    /// The call's answer, as the daemon sends it: data, or for a verification `valid`.
+    public func run() throws(KeychainError) -> ItemResult {
+        switch use {
+        case .verify(let signature, let data, let algorithm):
+            let key = try opened()
+            let valid = try PublicKeyVerifier.verify(signature, of: data, publicKey: key.publicKey, type: key.type, algorithm: algorithm)
+            return .attributes(["valid": .bool(valid)])
+        default:
+            return .data(try data())
+        }
+    }
+
+    /// The answer of every call but a verification.
+    func data() throws(KeychainError) -> SecretBytes {
+        switch use {
+        case .publicKey:
+            return SecretBytes(try opened().publicKey)
+        case .sign(let data, let algorithm):
+            return SecretBytes(try opened().sign(data, algorithm: algorithm))
+        case .agree(let peer, let algorithm, let size, let sharedInfo):
+            return try opened().agree(with: peer, algorithm: algorithm, requestedSize: size, sharedInfo: sharedInfo)
+        case .encrypt(let plaintext, let given, let type, let algorithm):
+            let publicKey: [UInt8]
+            if let given { publicKey = given } else { publicKey = try opened().publicKey }
+            return SecretBytes(try PublicKeyEncryptor.encrypt(plaintext, to: publicKey, type: type, algorithm: algorithm))
+        case .decrypt(let ciphertext, let algorithm):
+            return try opened().decrypt(ciphertext, algorithm: algorithm)
+        case .verify:
+            throw KeychainError(.internal, "a verification answers valid, not data")
+        }
+    }
+
+    private func opened() throws(KeychainError) -> PrivateKey {
+        guard let key else { throw KeychainError(.internal, "a key call without its key") }
+        return key
+    }
 }
 
 /// The parameters dictionary of a key call (docs/protocol.md): named values, checked here.

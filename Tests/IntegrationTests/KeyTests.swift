@@ -186,6 +186,8 @@ struct KeyTests {
             _ = try p.verify([0x30, 0x00], for: bytes("m"), algorithm: .ecdsaMessageX962SHA256)
             _ = try x.agree(with: Array(Curve25519.KeyAgreement.PrivateKey().publicKey.rawRepresentation))
             _ = try p.agree(with: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation), algorithm: .standardX963SHA256, requestedSize: 32)
+            // Decryption too uses the key outside the store's lock (the public key, in find's answer).
+            for key in [x, p] { _ = try key.decrypt(try key.encrypt(SecretBytes([1, 2, 3]))) }
             _ = try KeychainKey.find(connection: c)
         }
         _ = try KeychainKey.generate(.p256, label: "fresh", connection: c).sign([1], algorithm: .ecdsaMessageX962SHA256)
