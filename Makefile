@@ -95,7 +95,7 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz
 
-bench: deps
+bench: deps pkcs11 .build/pkcs11/keychain-pkcs11-bench
 	$(SWIFT) run -c release keychain-bench
 
 clean:

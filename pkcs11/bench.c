@@ -1,8 +1,11 @@
 /* keychain-pkcs11-bench MODULE [PIN] [SIGNATURES]: signatures through a PKCS#11 module, one
  * thread and eight (each in its own session), for P-256 (CKM_ECDSA over a SHA-256 digest) and
  * Ed25519 (CKM_EDDSA over 64 bytes). Run against libkeychaind-pkcs11.so and SoftHSM2 in the
- * same run (scripts/pkcs11-bench): SoftHSM2 signs in-process, the floor a daemon can approach
- * (issue 30, "Speed"). Keys are made with C_GenerateKeyPair and left on the token. */
+ * same run (keychain-bench, scripts/pkcs11-bench): SoftHSM2 signs in-process, the floor a
+ * daemon can approach (issue 30, "Speed"). Keys are made with C_GenerateKeyPair and left on the
+ * token. Each type prints a line for people, then one for keychain-bench:
+ * "figures TYPE RATE1 MEDIAN1_US RATE8" (one thread's rate and median time per signature, eight
+ * threads' rate). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -24,6 +27,8 @@ struct job {
     CK_MECHANISM_TYPE mechanism;
     CK_OBJECT_HANDLE key;
     long done;
+    /* Each signature's time (C_SignInit and C_Sign), when not NULL. */
+    double *times;
 };
 
 static double now(void) {
@@ -57,20 +62,28 @@ static void *sign_loop(void *argument) {
     CK_MECHANISM mechanism = { job->mechanism, NULL, 0 };
     for (long i = 0; i < signatures; i++) {
         CK_ULONG length = sizeof signature;
+        double start = job->times ? now() : 0;
         if (p11->C_SignInit(s, &mechanism, job->key) != CKR_OK ||
             p11->C_Sign(s, data, job->mechanism == CKM_ECDSA ? 32 : 64, signature, &length) != CKR_OK) break;
+        if (job->times) job->times[i] = now() - start;
         job->done++;
     }
     p11->C_CloseSession(s);
     return NULL;
 }
 
-static double run(CK_MECHANISM_TYPE mechanism, CK_OBJECT_HANDLE key, int threads) {
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The rate of `threads` signing at once; with `times`, one thread's signatures are timed. */
+static double run(CK_MECHANISM_TYPE mechanism, CK_OBJECT_HANDLE key, int threads, double *times) {
     pthread_t ids[8];
     struct job jobs[8];
     double start = now();
     for (int i = 0; i < threads; i++) {
-        jobs[i] = (struct job){ mechanism, key, 0 };
+        jobs[i] = (struct job){ mechanism, key, 0, i == 0 ? times : NULL };
         pthread_create(&ids[i], NULL, sign_loop, &jobs[i]);
     }
     long done = 0;
@@ -83,6 +96,7 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: keychain-pkcs11-bench MODULE [PIN] [SIGNATURES]\n"); return 64; }
     pin = argc > 2 && *argv[2] ? argv[2] : NULL;
     if (argc > 3) signatures = atol(argv[3]);
+    if (signatures < 1) signatures = 1;
     void *module = dlopen(argv[1], RTLD_NOW);
     CK_C_GetFunctionList get;
     if (!module || !(get = (CK_C_GetFunctionList)dlsym(module, "C_GetFunctionList")) || get(&p11) != CKR_OK) {
@@ -112,10 +126,16 @@ int main(int argc, char **argv) {
         CK_OBJECT_HANDLE public_key, private_key;
         CK_RV rv = p11->C_GenerateKeyPair(s, &generate, public_template, 4, private_template, 5, &public_key, &private_key);
         if (rv != CKR_OK) { fprintf(stderr, "%s: C_GenerateKeyPair %s failed: 0x%lx\n", name, kinds[k].type, rv); return 1; }
-        double one = run(kinds[k].sign, private_key, 1);
-        double eight = run(kinds[k].sign, private_key, 8);
-        printf("pkcs11 %-24s %-8s t=1 ops/s=%8.0f  us/sig=%7.1f   t=8 ops/s=%8.0f   8 threads / 1: %.2fx\n",
-               name, kinds[k].type, one, 1e6 / one, eight, eight / one);
+        double *times = calloc(signatures, sizeof *times);
+        if (!times) return 1;
+        double one = run(kinds[k].sign, private_key, 1, times);
+        double eight = run(kinds[k].sign, private_key, 8, NULL);
+        qsort(times, signatures, sizeof *times, by_value);
+        double median = times[signatures / 2] * 1e6;
+        free(times);
+        printf("pkcs11 %-24s %-8s t=1 ops/s=%8.0f  median=%7.1fus   t=8 ops/s=%8.0f   8 threads / 1: %.2fx\n",
+               name, kinds[k].type, one, median, eight, eight / one);
+        printf("figures %s %.1f %.2f %.1f\n", kinds[k].type, one, median, eight);
         fflush(stdout);
     }
     p11->C_CloseSession(s);

@@ -21,7 +21,7 @@ struct Options {
     /// queries), which then runs alone; 0: not run.
     var bigItems = 0
     /// Which figures to run (profiling one operation at a time); all by default.
-    var ops: Set<String> = ["status", "add", "get", "update", "delete", "sign"]
+    var ops: Set<String> = ["status", "add", "get", "update", "delete", "sign", "pkcs11"]
     /// KeychainConnection's busyPollMicroseconds (0: the client sleeps for every answer).
     /// The bench measures latency, so its clients watch for answers (the library's default is
     /// not to): 40 µs, as in docs/performance.md.
@@ -66,7 +66,7 @@ struct Options {
                 if i + 1 < args.count, let n = Int(args[i + 1]) { syncSamples = n; i += 1 }
             case "--sync-items": syncItems = Int(args[i + 1]) ?? syncItems; i += 1
             default:
-                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete,sign] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)] [--ssh-agent SIGNATURES (alone)] [--sync [SAMPLES] [--sync-items N (0: no first sync)] (alone)]")
+                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete,sign,pkcs11] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)] [--ssh-agent SIGNATURES (alone)] [--sync [SAMPLES] [--sync-items N (0: no first sync)] (alone)]")
                 exit(64)
             }
             i += 1
@@ -641,6 +641,11 @@ if options.ops.contains("sign") {
               + String(format: "%.2fx the rate (issue 30: at least 1.7x on 2 cores)", rates[8]! / rates[1]!))
         try? key.delete()
     }
+}
+
+// The same signatures through the PKCS#11 module, beside SoftHSM2's (PKCS11Signatures.swift).
+if options.ops.contains("pkcs11") {
+    pkcs11Figures(socket: socket, signatures: max(1_000, options.getsPerClient / 4))
 }
 
 // A small keychain's writes are over in a fraction of a second, too short to average out the
