@@ -50,10 +50,16 @@ struct Arguments {
                 continue
             }
             guard token.hasPrefix("--"), token.count > 2 else {
-                guard let name = spec.positional, values[name] == nil else {
+                guard let name = spec.positional else {
                     throw UsageError(message: "unexpected argument '\(token)'")
                 }
-                values[name] = token
+                // A positional of two words ("UNIT ID") takes two arguments, kept space-separated.
+                let words = name.split(separator: " ").count
+                let taken = values[name].map { $0.split(separator: " ", omittingEmptySubsequences: false).count } ?? 0
+                guard taken < words, !(words > 1 && token.contains(" ")) else {
+                    throw UsageError(message: "unexpected argument '\(token)'")
+                }
+                values[name] = values[name].map { $0 + " " + token } ?? token
                 continue
             }
             var name = String(token.dropFirst(2))

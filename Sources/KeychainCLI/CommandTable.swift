@@ -183,7 +183,7 @@ let commands: [Command] = [
         try c.connection().removePasscode(current: current)
         c.printStatusJSON()
     },
-] + [InitCommand.command] + LoginSlotCommands.commands + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands + SyncCommands.commands
+] + [InitCommand.command] + LoginSlotCommands.commands + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands + SyncCommands.commands + CredentialCommands.commands
 
 extension String {
     var trimmingQuotes: String {

@@ -84,6 +84,9 @@ public enum Request: Sendable, Equatable {
     case loginSlotRewrap(old: SecretBytes, new: SecretBytes)
     /// The daemon's metrics in Prometheus's text exposition (admin; issue 27).
     case metrics
+    /// Admin: the item a LoadCredential= unit and credential id map to ("unit", "id", and "uid"
+    /// for a user unit), as its attributes without the secret (issue 27).
+    case credentialLookup(AttributeDictionary)
 
     /// The longest fingerprint text accepted (32 digits with spaces between groups, and some slack).
     public static let maxFingerprintTextBytes = 128
@@ -108,6 +111,7 @@ public enum Request: Sendable, Equatable {
         // 40-44: the login slot (issue 26).
         case loginSlotAdd = 40, loginSlotRemove = 41, loginSlotStatus = 42, loginUnlock = 43, loginSlotRewrap = 44
         case metrics = 45
+        case credentialLookup = 46
     }
 
     public var operation: Operation {
@@ -152,6 +156,7 @@ public enum Request: Sendable, Equatable {
         case .loginUnlock: .loginUnlock
         case .loginSlotRewrap: .loginSlotRewrap
         case .metrics: .metrics
+        case .credentialLookup: .credentialLookup
         }
     }
 
@@ -166,6 +171,7 @@ public enum Request: Sendable, Equatable {
         case .loginSlotAdd, .loginSlotRemove, .loginSlotStatus, .loginUnlock, .loginSlotRewrap: true
         // Lock state and the timing of every call: not for any local user (docs/security.md, "Metrics").
         case .metrics: true
+        case .credentialLookup: true
         case .asCaller(_, _, let inner): inner.isAdministrative
         default: false
         }
@@ -263,7 +269,7 @@ public enum WireCodec {
         w.u8(version)
         w.u8(request.operation.rawValue)
         switch request {
-        case .add(let d), .copyMatching(let d), .delete(let d), .keyGenerate(let d), .keyPublic(let d):
+        case .add(let d), .copyMatching(let d), .delete(let d), .keyGenerate(let d), .keyPublic(let d), .credentialLookup(let d):
             AttributeCodec.encode(d, into: &w)
         case .update(let q, let c), .keySign(let q, let c), .keyVerify(let q, let c), .keyAgree(let q, let c),
              .keyEncrypt(let q, let c), .keyDecrypt(let q, let c):
@@ -428,6 +434,7 @@ public enum WireCodec {
         case .loginSlotRewrap:
             let old = try passcode(&r)
             request = .loginSlotRewrap(old: old, new: try passcode(&r))
+        case .credentialLookup: request = .credentialLookup(try AttributeCodec.decode(from: &r))
         }
         return request
     }

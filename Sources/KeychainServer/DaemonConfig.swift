@@ -41,6 +41,8 @@ public struct DaemonConfig: Sendable, Equatable {
     /// `[sync] database`: a libpq conninfo, checked when the file is read (SyncDatabaseSetting);
     /// nil: sync is off and its calls answer errSecNotAvailable.
     public var syncDatabase: String?
+    /// `credential_socket`: the socket systemd's LoadCredential= reads items from; nil: none.
+    public var credentialSocketPath: String?
 
     public init() {}
 
@@ -254,6 +256,10 @@ public struct DaemonConfig: Sendable, Equatable {
         switch key {
         case "state_dir": stateDirectory = try string()
         case "socket": socketPath = try string()
+        case "credential_socket":
+            let path = try string()
+            guard path.hasPrefix("/") else { throw ParseError(line: n, message: "credential_socket must be an absolute path") }
+            credentialSocketPath = path
         case "socket_mode":
             guard let mode = mode_t(try string(), radix: 8), mode & ~0o777 == 0 else {
                 throw ParseError(line: n, message: "socket_mode must be an octal string such as \"0600\"")
@@ -326,6 +332,7 @@ public struct DaemonConfig: Sendable, Equatable {
         server.auditLogPath = auditLogPath
         server.auditIncludeNames = auditIncludeNames
         server.syncDatabase = syncDatabase
+        server.credentialSocketPath = credentialSocketPath
         server.lockPolicy.gracePeriod = Double(lockGraceSeconds)
         server.lockPolicy.autoLockAfter = Double(autoLockSeconds)
         server.lockPolicy.eraseAfterFailures = eraseAfterFailures

@@ -329,6 +329,8 @@ final class RequestHandler {
             throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
         case .metrics:
             throw KeychainError(.internal, "metrics are answered by the executor, which holds them")
+        case .credentialLookup(let dict):
+            return Response(result: .single(.attributes(try CredentialLookup(dict).run(in: store, policy: policy))))
         }
         return Response()
     }

@@ -30,6 +30,8 @@ public struct ServerConfiguration: Sendable {
     public var auditIncludeNames = false
     /// `[sync] database`: the libpq conninfo of the sync database (checked at load); nil: no sync.
     public var syncDatabase: String?
+    /// `credential_socket`: where systemd's LoadCredential= reads items (CredentialSocket); nil: none.
+    public var credentialSocketPath: String?
 
     public init(socketPath: String, store: StoreConfiguration) {
         self.socketPath = socketPath
@@ -53,6 +55,9 @@ public final class KeychainServer: LifecycleService, Sendable {
     private let wake: (read: Int32, write: Int32)
     private let workersRunning = DispatchGroup()
     private let busyPoll: BusyPoll
+    private let credentials: CredentialSocket?
+    /// Whether this daemon bound the credential socket's file (and so removes it at stop).
+    private let ownsCredentialSocketFile: Bool
 
     /// What the workers share: who is connected, who waits in accept, whether it is stopping.
     private struct State {
@@ -70,7 +75,8 @@ public final class KeychainServer: LifecycleService, Sendable {
     /// Opens the store and serves `listener` if one was handed over (socket activation), else
     /// binds the socket (replacing a stale one; refusing if a live daemon answers there).
     /// Throws with a message fit for the operator.
-    public init(configuration: ServerConfiguration, listener handed: UnixSocket? = nil, logger: Logger) throws {
+    public init(configuration: ServerConfiguration, listener handed: UnixSocket? = nil,
+                credentialListener handedCredentials: UnixSocket? = nil, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
         busyPoll = BusyPoll(windowMicroseconds: configuration.busyPollMicroseconds)
@@ -106,9 +112,31 @@ public final class KeychainServer: LifecycleService, Sendable {
         let audit = try configuration.auditLogPath.map {
             try AuditLog(path: $0, includeNames: configuration.auditIncludeNames, log: { log.warning("\($0)") })
         }
+        let credentialListener: UnixSocket?
+        if let handedCredentials {
+            credentialListener = handedCredentials
+        } else if let path = configuration.credentialSocketPath {
+            try Self.claimSocketPath(path)
+            do {
+                credentialListener = try UnixSocket.listen(path: path, mode: 0o600)
+            } catch {
+                throw KeychainError(.io, "cannot listen on the credential socket \(path): \(error)")
+            }
+        } else {
+            credentialListener = nil
+        }
+        ownsCredentialSocketFile = handedCredentials == nil && credentialListener != nil
+        try? credentialListener?.setNonBlocking()
         let lockedAtStart = store.hasPasscode  // read before the store is handed to the executor's lock
         executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
                                      audit: audit, syncDatabase: configuration.syncDatabase, log: { log.notice("\($0)") })
+        if let credentialListener {
+            credentials = CredentialSocket(listener: credentialListener, executor: executor) { warning, line in
+                if warning { log.warning("\(line)") } else { log.notice("\(line)") }
+            }
+        } else {
+            credentials = nil
+        }
         logger.info("keychaind ready", metadata: [
             "socket": "\(configuration.socketPath)\(handed == nil ? "" : " (from the service manager)")", "state": "\(configuration.store.stateDirectory)",
             "lock": "\(lockedAtStart ? "lockedSinceBoot" : "unlocked")",
@@ -141,6 +169,16 @@ public final class KeychainServer: LifecycleService, Sendable {
     public func startServing() {
         state.withLock { reserveWorkers(Self.spareAcceptors, in: &$0) }
         for _ in 0..<Self.spareAcceptors { startWorker() }
+        if let credentials {
+            workersRunning.enter()
+            let wakeRead = wake.read
+            let thread = Thread { [self] in
+                credentials.run(wake: wakeRead)
+                workersRunning.leave()
+            }
+            thread.name = "keychaind-credentials"
+            thread.start()
+        }
     }
 
     /// Returns once `shutdown()` has been called, every in-flight call has finished and the
@@ -149,7 +187,9 @@ public final class KeychainServer: LifecycleService, Sendable {
         workersRunning.wait()
         executor.stop()
         if ownsSocketFile { unlink(configuration.socketPath) }
+        if ownsCredentialSocketFile, let path = configuration.credentialSocketPath { unlink(path) }
         listener.close()
+        credentials?.close()
         close(wake.read)
         close(wake.write)
         logger.info("keychaind stopped")

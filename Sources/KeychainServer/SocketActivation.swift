@@ -20,19 +20,37 @@ public enum SocketActivation {
     /// AF_UNIX SOCK_STREAM socket in the listening state is refused with errSecParam.
     public static func listener(environment: [String: String], pid: pid_t = getpid(),
                                 descriptor: Int32 = firstDescriptor) throws(KeychainError) -> UnixSocket? {
-        guard let count = environment["LISTEN_FDS"] else { return nil }
-        guard let target = environment["LISTEN_PID"], let targetPID = pid_t(target), targetPID == pid else { return nil }
+        try listeners(environment: environment, pid: pid, descriptor: descriptor).main
+    }
+
+    /// The name (FileDescriptorName=) that marks the credential socket among the handed-over ones.
+    public static let credentialSocketName = "credentials"
+
+    /// The sockets handed over: the one to serve, and the credential socket when a second one
+    /// is named `credentials` in LISTEN_FDNAMES (keychaind-credentials.socket).
+    public static func listeners(environment: [String: String], pid: pid_t = getpid(),
+                                 descriptor: Int32 = firstDescriptor) throws(KeychainError) -> (main: UnixSocket?, credentials: UnixSocket?) {
+        guard let count = environment["LISTEN_FDS"] else { return (nil, nil) }
+        guard let target = environment["LISTEN_PID"], let targetPID = pid_t(target), targetPID == pid else { return (nil, nil) }
         guard let n = Int(count), n >= 0 else {
             throw KeychainError(.param, "LISTEN_FDS=\(LogSafe.value(count)) is not a number of descriptors")
         }
-        if n == 0 { return nil }
-        guard n == 1 else {
-            throw KeychainError(.param, "the service manager handed over \(n) sockets; keychaind serves one (give its .socket unit a single ListenStream=)")
+        if n == 0 { return (nil, nil) }
+        let names = (environment["LISTEN_FDNAMES"] ?? "").split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+        let credentialIndex = n == 2 && names.count == 2 ? names.firstIndex(of: credentialSocketName) : nil
+        guard n == 1 || credentialIndex != nil else {
+            throw KeychainError(.param, "the service manager handed over \(n) sockets; keychaind serves one (give its .socket unit a single ListenStream=), and a second only when named \"\(credentialSocketName)\" (FileDescriptorName=)")
         }
-        try check(descriptor)
-        // Our children (none today) must not inherit the listener.
-        _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
-        return UnixSocket(fd: descriptor)
+        var main: UnixSocket?
+        var credentials: UnixSocket?
+        for index in 0..<n {
+            let fd = descriptor + Int32(index)
+            try check(fd)
+            // Our children (none today) must not inherit the listeners.
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            if index == credentialIndex { credentials = UnixSocket(fd: fd) } else { main = UnixSocket(fd: fd) }
+        }
+        return (main, credentials)
     }
 
     /// Removes the variables, so that nothing this process starts takes them as meant for it.

@@ -292,6 +292,20 @@ final class StoreExecutor: Sendable {
         }
     }
 
+    /// The secret of the one item `query` finds in `scope`, for the credential socket: its peer
+    /// is a unit's set-up process, not a caller of the policy, so the scope comes from the
+    /// credential's unit (CredentialSocket), not from a caller.
+    func secret(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> SecretBytes {
+        guard let reader = settings.withLock({ $0.reader }) else { throw Self.stoppingError }
+        var found: SecretBytes?
+        let answer = try reader.copyMatching(query, scope: scope, store: ReadLookup(executor: self)) { (page) throws(KeychainError) in
+            if case .data(let bytes)? = page.first { found = bytes }
+        }
+        if case .single(.data(let bytes)) = answer { return bytes }
+        guard let found else { throw KeychainError(.itemNotFound, "no item") }
+        return found
+    }
+
     /// A read's lookups, the only parts of it that hold the store's lock (each counts as
     /// activity for the idle auto-lock).
     private struct ReadLookup: StoreLookup {

@@ -104,8 +104,9 @@ struct Keychaind: ParsableCommand {
         let logger = Logger(label: "keychaind")
         // A socket the service manager handed over is served in place of any configured path.
         let handed: UnixSocket?
+        let handedCredentials: UnixSocket?
         do {
-            handed = try SocketActivation.listener(environment: environment.variables)
+            (handed, handedCredentials) = try SocketActivation.listeners(environment: environment.variables)
         } catch {
             logger.critical("cannot start: \(error)")
             throw ExitCode(Self.configurationExitStatus)
@@ -130,7 +131,7 @@ struct Keychaind: ParsableCommand {
             if handed == nil && socket == nil && daemonConfig.socketPath == nil {
                 try DaemonProcess.prepareSocketDirectory(for: server.socketPath)
             }
-            daemon = try KeychainServer(configuration: server, listener: handed, logger: logger)
+            daemon = try KeychainServer(configuration: server, listener: handed, credentialListener: handedCredentials, logger: logger)
         } catch {
             logger.critical("cannot start: \(error)")
             throw ExitCode.failure

@@ -45,6 +45,31 @@ struct SocketActivationTests {
         #expect(SocketActivation.boundPath(of: taken) == s.path)
     }
 
+    @Test func aSecondSocketNamedCredentialsIsTheCredentialSocket() throws {
+        let main = unixSocket(Int32(SOCK_STREAM.rawValue), listening: true)
+        let credentials = unixSocket(Int32(SOCK_STREAM.rawValue), listening: true)
+        defer { unlink(main.path); unlink(credentials.path) }
+        // Two descriptors in a row, as systemd hands them over, in the order of LISTEN_FDNAMES.
+        let first: Int32 = 900
+        dup2(credentials.fd, first)
+        dup2(main.fd, first + 1)
+        close(main.fd)
+        close(credentials.fd)
+        var environment = activation(fds: "2")
+        environment["LISTEN_FDNAMES"] = "credentials:keychaind.socket"
+        let taken = try SocketActivation.listeners(environment: environment, descriptor: first)
+        defer { taken.main?.close(); taken.credentials?.close() }
+        #expect(taken.main.flatMap(SocketActivation.boundPath) == main.path)
+        #expect(taken.credentials.flatMap(SocketActivation.boundPath) == credentials.path)
+    }
+
+    @Test func twoSocketsNeitherNamedCredentialsAreRefused() throws {
+        var environment = activation(fds: "2")
+        environment["LISTEN_FDNAMES"] = "keychaind.socket:other.socket"
+        let error = refusal { () throws(KeychainError) in _ = try SocketActivation.listeners(environment: environment, descriptor: 1000) }
+        #expect(error?.status == .param)
+    }
+
     @Test func variablesMeantForAnotherProcessAreIgnored() throws {
         let s = unixSocket(Int32(SOCK_STREAM.rawValue), listening: true)
         defer { close(s.fd); unlink(s.path) }
