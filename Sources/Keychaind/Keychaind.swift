@@ -38,6 +38,9 @@ struct Keychaind: ParsableCommand {
     @Option(help: "Config file (see Config/keychaind.toml); without it, the default one is read if present.")
     var config: String?
 
+    @Flag(name: .customLong("sync-network"), help: "Print the systemd drop-in that opens the system unit's network for the config's [sync] database server alone (IPAddressAllow=), and exit: write it to /etc/systemd/system/keychaind.service.d/sync-network.conf.")
+    var syncNetwork = false
+
     @Flag(help: "Start in the background and return once the socket serves, printing the daemon's pid (for scripts and shells; systemd units run it in the foreground).")
     var background = false
 
@@ -85,6 +88,15 @@ struct Keychaind: ParsableCommand {
             daemonConfig = try environment.overriding(loadedPath.map(Self.load) ?? DaemonConfig())
         } catch {
             throw ConfigurationError(message: "\(error)")
+        }
+        if syncNetwork {
+            do {
+                let text = try SyncNetworkDropIn.text(for: daemonConfig, source: loadedPath ?? file.path)
+                print(text ?? "# [sync] database names only Unix sockets: the unit needs no network, and no drop-in.", terminator: text == nil ? "\n" : "")
+                return
+            } catch {
+                throw ConfigurationError(message: "\(error)")
+            }
         }
         // Refusals name the file that would change them, even one not written yet.
         let source = loadedPath ?? "\(file.path) (absent, so the built-in defaults are in force: create it, then restart keychaind)"
