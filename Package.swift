@@ -141,9 +141,13 @@ let package = Package(
             name: "git-credential-keychain", dependencies: ["GitCredential"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
-        // What KeychainStoreTests and KeychainSyncTests share (the schema history their migration
-        // tests walk back): a library for test targets only, over public API, so release builds it.
-        .target(name: "StoreTestSupport", dependencies: ["KeychainStorage"], path: "Tests/StoreTestSupport"),
+        // What KeychainStoreTests and KeychainSyncTests share (the store fixture, the schema history
+        // their migration tests walk back): a library for test targets only, over public API, so
+        // release builds it.
+        .target(
+            name: "StoreTestSupport", dependencies: ["KeychainStore", "KeychainStorage", "KeychainCrypto", "KeychainModel"],
+            path: "Tests/StoreTestSupport"
+        ),
         .testTarget(name: "KeychainModelTests", dependencies: ["KeychainModel"]),
         // Runs toml-test's cases, which scripts/fetch-toml-test puts in .build/toml-test.
         .testTarget(name: "TOMLTests", dependencies: ["TOML"]),

@@ -1,6 +1,7 @@
 import KeychainModel
 import KeychainStore
 import Testing
+import StoreTestSupport
 
 @Suite("kSecAttrAccessControl beside kSecAttrAccessible (checklist item 8)")
 struct AccessControlTests {

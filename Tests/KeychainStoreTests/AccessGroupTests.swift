@@ -1,6 +1,7 @@
 import KeychainModel
 import KeychainStore
 import Testing
+import StoreTestSupport
 
 @Suite("Access groups confine every call")
 struct AccessGroupTests {

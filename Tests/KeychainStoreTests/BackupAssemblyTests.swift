@@ -1,6 +1,7 @@
 import KeychainModel
 import KeychainStore
 import Testing
+import StoreTestSupport
 
 /// A backup is assembled and opened by the store, with no daemon: the items are copied out,
 /// sealed, opened with the password and added to another keychain.

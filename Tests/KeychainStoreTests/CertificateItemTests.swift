@@ -1,6 +1,7 @@
 import KeychainModel
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// Certificate items describe their DER: the store derives Apple's attributes on add and on
 /// an update of v_Data (docs/keys.md, "Certificates and identities").

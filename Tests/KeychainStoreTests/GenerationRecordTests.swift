@@ -6,6 +6,7 @@ import KeychainCrypto
 import KeychainModel
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// The record of the database's generation kept beside it: what it says and when.
 @Suite("The generation record")

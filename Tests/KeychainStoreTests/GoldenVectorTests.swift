@@ -7,6 +7,7 @@ import KeychainStorage
 import Testing
 @testable import KeychainCrypto
 @testable import KeychainStore
+import StoreTestSupport
 
 /// The persisted formats against fixed bytes in Tests/Vectors: a change that would leave
 /// existing files unreadable fails here, where a round trip through the new code would pass.

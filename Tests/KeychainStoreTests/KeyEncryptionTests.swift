@@ -2,6 +2,7 @@ import KeychainCrypto
 import KeychainModel
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// Encryption with keys in the store (docs/keys.md, Encryption): ops 29 and 30 as the store
 /// carries them out.

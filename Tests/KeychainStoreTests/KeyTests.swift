@@ -4,6 +4,7 @@ import KeychainCrypto
 import KeychainModel
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// Keys inside the store (docs/keys.md): generation fills Apple's attributes, the key calls
 /// use the key where it is, and its bytes never come back unless it is extractable.

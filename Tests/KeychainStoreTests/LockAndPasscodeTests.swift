@@ -1,6 +1,7 @@
 import KeychainModel
 import KeychainStore
 import Testing
+import StoreTestSupport
 
 @Suite("Class keys decide what is readable; the passcode protects them")
 struct LockAndPasscodeTests {

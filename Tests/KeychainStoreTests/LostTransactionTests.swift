@@ -2,6 +2,7 @@ import Foundation
 import KeychainModel
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// What is on disk at a given moment, copied into a state directory of its own: taken while a
 /// store is open, it is what a crash at that moment (a power loss, SIGKILL) would leave.

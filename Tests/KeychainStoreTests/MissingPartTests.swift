@@ -4,6 +4,7 @@ import KeychainModel
 import KeychainStorage
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// New key material is made only where there is no keychain at all. A keychain missing a part
 /// is refused and left as it is: a new keybag would leave every item unreadable (and let adds

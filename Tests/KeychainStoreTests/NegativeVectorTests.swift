@@ -3,6 +3,7 @@ import KeychainModel
 import Testing
 @testable import KeychainCrypto
 @testable import KeychainStore
+import StoreTestSupport
 
 /// The negative vectors of Tests/Vectors/negative (README there): each case is a golden input
 /// with one thing wrong, and the reader must refuse it with exactly the error the case names:

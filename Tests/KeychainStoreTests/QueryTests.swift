@@ -1,6 +1,7 @@
 import KeychainModel
 @testable import KeychainStore
 import Testing
+import StoreTestSupport
 
 @Suite("CopyMatching: matching and result shapes")
 struct QueryTests {

@@ -3,6 +3,7 @@ import KeychainModel
 import KeychainStorage
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// Secret Service items in the store: the attribute index (table item_attributes), its search
 /// and CreateItem's replace (docs/semantics.md, "Secret Service items").

@@ -1,6 +1,7 @@
 import KeychainModel
 import KeychainStore
 import Testing
+import StoreTestSupport
 
 /// The store as a split read reaches it, counting the holds a read takes.
 final class CountingLookup: StoreLookup {

@@ -2,6 +2,7 @@ import Foundation
 import KeychainModel
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// A real user other than the one running the tests, to own the files and directories the
 /// store must refuse: created with useradd on first use (the tests run as root, as CI does).

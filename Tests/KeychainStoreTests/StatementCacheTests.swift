@@ -2,6 +2,7 @@ import KeychainModel
 import Testing
 @testable import KeychainStorage
 @testable import KeychainStore
+import StoreTestSupport
 
 /// Prepared statements are cached under a key computed from a filter's shape. One key for
 /// two SQL texts would make one caller's query poison every later caller's.

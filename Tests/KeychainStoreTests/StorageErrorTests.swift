@@ -2,6 +2,7 @@ import KeychainModel
 import Testing
 @testable import KeychainStorage
 @testable import KeychainStore
+import StoreTestSupport
 
 /// Storage failures keep SQLite's own result code, so the store tells causes apart by code.
 @Suite("Storage errors carry SQLite's result code")

@@ -2,6 +2,7 @@ import Foundation
 import KeychainModel
 import Testing
 @testable import KeychainCrypto
+import StoreTestSupport
 
 /// The sync formats (docs/sync.md, sections 2-6) against fixed bytes in Tests/Vectors: what one
 /// version of keychaind writes to PostgreSQL, another must read, so these bytes never change

@@ -3,6 +3,7 @@ import KeychainModel
 import KeychainStorage
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// The store side of sync (docs/sync.md, 7.3): which local changes queue a push, in the same
 /// transaction, and what a queued tombstone holds. Nothing here touches a network.

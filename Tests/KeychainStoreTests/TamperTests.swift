@@ -5,6 +5,7 @@ import KeychainModel
 import KeychainStore
 import KeychainStorage
 import Testing
+import StoreTestSupport
 
 @Suite("An edited database file fails item by item, with errSecDecode")
 struct TamperTests {

@@ -1,6 +1,7 @@
 import KeychainModel
 import KeychainStore
 import Testing
+import StoreTestSupport
 
 @Suite("Primary keys follow Apple's per class")
 struct UniquenessTests {

@@ -1,6 +1,7 @@
 import KeychainModel
 import KeychainStore
 import Testing
+import StoreTestSupport
 
 @Suite("Update and delete act on every match, atomically")
 struct UpdateDeleteTests {

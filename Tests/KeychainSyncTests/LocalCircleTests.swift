@@ -4,6 +4,7 @@ import KeychainStorage
 @testable import KeychainSync
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// The local half of sync membership (docs/sync.md, 2.1, 2.2, 7.3): the identity, circle keys
 /// and roster kept under CK[ck], and never carried by a backup.

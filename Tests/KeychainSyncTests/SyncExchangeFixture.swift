@@ -4,6 +4,7 @@ import KeychainStorage
 @testable import KeychainSync
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// The store's side of sync_records in memory, with the rules of docs/sync.md 7.1: one row per
 /// record id, replaced only by a greater tuple, each write given the next seq.

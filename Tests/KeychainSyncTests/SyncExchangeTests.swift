@@ -4,6 +4,7 @@ import KeychainStorage
 @testable import KeychainSync
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// Two keychains of one circle exchanging sealed rows in memory (docs/sync.md, 5 to 7): what
 /// one device's change becomes on the other, how conflicts settle, and what is refused. No

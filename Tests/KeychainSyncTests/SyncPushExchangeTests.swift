@@ -4,6 +4,7 @@ import KeychainStorage
 @testable import KeychainSync
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// The push's local half (docs/sync.md, 7.1 and 7.3): which entries become rows, with which
 /// version, and when they leave the outbox.

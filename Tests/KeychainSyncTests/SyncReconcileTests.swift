@@ -4,6 +4,7 @@ import KeychainStorage
 @testable import KeychainSync
 import Testing
 @testable import KeychainStore
+import StoreTestSupport
 
 /// The end of a full pull (docs/sync.md, 5): a synced item whose record the store no longer
 /// holds was deleted elsewhere, its tombstone lost to expiry or to a rotation.

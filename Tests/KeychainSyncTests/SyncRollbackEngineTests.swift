@@ -4,6 +4,7 @@ import KeychainStorage
 @testable import KeychainStore
 import KeychainSync
 import Testing
+import StoreTestSupport
 
 /// The store's record, head and circle tables as they are now, kept aside in the same
 /// database, and put back later: what restoring a backup of the sync database does.

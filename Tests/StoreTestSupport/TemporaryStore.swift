@@ -1,27 +1,25 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Foundation
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
-import Testing
-@testable import KeychainStore
+import KeychainStore
 
-// KeychainStoreTests' store fixture, for the tests of what KeychainSync does to a local store
-// through the replica port (one copy per test target, as SilentServer).
+// The store fixture of KeychainStoreTests and KeychainSyncTests: one copy, over public API, for
+// the same reason as the schema history beside it (two copies drift).
 
 /// A store in a fresh temporary state directory, removed when the fixture goes away.
-final class TemporaryStore {
-    let directory: String
+public final class TemporaryStore {
+    public let directory: String
     /// Implicitly unwrapped so that it can be released before the file is opened again: the
     /// store holds the database's lock for as long as it lives.
-    var store: ItemStore!
-    var clock: TestClock
+    public var store: ItemStore!
+    public var clock: TestClock
 
-    static let app = AccessScope(groups: ["com.example.app", "com.example.shared"])
+    public static let app = AccessScope(groups: ["com.example.app", "com.example.shared"])
 
-    init() throws {
+    public init() throws {
         var template = Array("/tmp/kcstore.XXXXXX".utf8CString)
         guard let p = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp failed") }
         directory = String(cString: p)
@@ -29,19 +27,19 @@ final class TemporaryStore {
         store = try ItemStore(configuration: Self.configuration(directory), clock: clock.read)
     }
 
-    static func configuration(_ directory: String) -> StoreConfiguration {
+    public static func configuration(_ directory: String) -> StoreConfiguration {
         StoreConfiguration(stateDirectory: directory, argon2: .testingOnly)
     }
 
     /// Closes the store and opens it again from disk, as a restart would.
-    func reopen() throws {
+    public func reopen() throws {
         store = nil
         store = try ItemStore(configuration: Self.configuration(directory), clock: clock.read)
     }
 
     /// Closes the store, lets `body` edit the database file directly (as someone holding the
     /// file would), then opens the store again.
-    func editFile(_ body: (SQLiteDatabase) throws -> Void) throws {
+    public func editFile(_ body: (SQLiteDatabase) throws -> Void) throws {
         store = nil
         do {
             let raw = try SQLiteDatabase(path: directory + "/keychain.db")
@@ -60,29 +58,29 @@ final class TemporaryStore {
 
     // Shorthands for the common calls, in the caller's default scope.
     @discardableResult
-    func add(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> QueryResult {
+    public func add(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> QueryResult {
         try store.items.add(dict, scope: scope)
     }
 
-    func copy(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> QueryResult {
+    public func copy(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> QueryResult {
         try store.items.copyMatching(dict, scope: scope)
     }
 
-    func secret(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> [UInt8]? {
+    public func secret(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> [UInt8]? {
         var query = dict
         query["r_Data"] = .bool(true)
         guard case .single(.data(let d)) = try copy(query, scope: scope) else { return nil }
         return Array(d)
     }
 
-    func attributes(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> AttributeDictionary? {
+    public func attributes(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> AttributeDictionary? {
         var query = dict
         query["r_Attributes"] = .bool(true)
         guard case .single(.attributes(let a)) = try copy(query, scope: scope) else { return nil }
         return a
     }
 
-    func count(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> Int {
+    public func count(_ dict: AttributeDictionary, scope: AccessScope = app) throws -> Int {
         var query = dict
         query["m_Limit"] = .string("m_LimitAll")
         query["r_PersistentRef"] = .bool(true)
@@ -96,33 +94,27 @@ final class TemporaryStore {
 }
 
 /// A settable clock (CFAbsoluteTime), so date rules are tested without sleeping.
-final class TestClock: @unchecked Sendable {
-    var now: Double = 800_000_000  // 2026-05-09
-    var read: () -> Double { { [unowned self] in self.now } }
+public final class TestClock: @unchecked Sendable {
+    public var now: Double = 800_000_000  // 2026-05-09
+    public var read: () -> Double { { [unowned self] in self.now } }
+    public init() {}
 }
 
-func genp(_ service: String, _ account: String, _ extra: AttributeDictionary = [:]) -> AttributeDictionary {
+public func genp(_ service: String, _ account: String, _ extra: AttributeDictionary = [:]) -> AttributeDictionary {
     var d: AttributeDictionary = ["class": .string("genp"), "svce": .string(service), "acct": .string(account)]
     d.merge(extra) { _, new in new }
     return d
 }
 
-func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
+public func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
 
 /// Tests write passcodes as plain arrays; the store takes them as SecretBytes.
 extension ItemStore {
-    func unlock(passcode: [UInt8]) throws(KeychainError) { try unlock(passcode: SecretBytes(passcode)) }
-    func setPasscode(_ passcode: [UInt8]) throws(KeychainError) { try setPasscode(SecretBytes(passcode)) }
-    func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) {
+    public func unlock(passcode: [UInt8]) throws(KeychainError) { try unlock(passcode: SecretBytes(passcode)) }
+    public func setPasscode(_ passcode: [UInt8]) throws(KeychainError) { try setPasscode(SecretBytes(passcode)) }
+    public func changePasscode(old: [UInt8], new: [UInt8]) throws(KeychainError) {
         try changePasscode(old: SecretBytes(old), new: SecretBytes(new))
     }
     @discardableResult
-    func removePasscode(current: [UInt8]) throws(KeychainError) -> Int { try removePasscode(current: SecretBytes(current)) }
+    public func removePasscode(current: [UInt8]) throws(KeychainError) -> Int { try removePasscode(current: SecretBytes(current)) }
 }
-
-/// Tests/Certificates/p256.der (made by generate.sh there): a real certificate to sync.
-let p256CertificateDER: [UInt8] = {
-    let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Certificates/p256.der")
-    return Array(try! Data(contentsOf: path))
-}()
