@@ -53,7 +53,7 @@ public struct ByteReader {
             ascii = false
             break
         }
-        return ascii ? String(decoding: slice, as: UTF8.self) : String(validating: slice, as: UTF8.self)
+        return ascii ? String(decoding: slice, as: UTF8.self) : StrictUTF8.string(slice)
     }
 
     /// u32 length then bytes, with the length checked against what is left before copying.
@@ -164,4 +164,20 @@ public enum KeychainLimits {
     public static let maxAttributeBytes = 64 << 10
     /// Most keys in one query or attribute dictionary (Apple's limit is 128 too).
     public static let maxQueryKeys = 128
+}
+
+/// Bytes as text when they are valid UTF-8, else nil: what `String(validating:as:)` answers,
+/// without its generic entry point, for which the runtime builds metadata from mangled names
+/// on first use in every process (2% of a `keychain get`'s instructions, for one empty message).
+/// Decoding repairs invalid bytes to U+FFFD, so the text's bytes equal the input exactly when
+/// the input was valid.
+public enum StrictUTF8 {
+    public static func string(_ bytes: UnsafeBufferPointer<UInt8>) -> String? {
+        let text = String(decoding: bytes, as: UTF8.self)
+        return text.utf8.count == bytes.count && text.utf8.elementsEqual(bytes) ? text : nil
+    }
+
+    public static func string(_ bytes: [UInt8]) -> String? {
+        bytes.withUnsafeBufferPointer { string($0) }
+    }
 }

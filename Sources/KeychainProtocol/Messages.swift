@@ -386,7 +386,7 @@ public enum WireCodec {
         case .restoreCommit:
             let session = try r.u64()
             let password = try passcode(&r)
-            guard let text = String(validating: try r.lengthPrefixedArray(max: 16), as: UTF8.self),
+            guard let text = StrictUTF8.string(try r.lengthPrefixedArray(max: 16)),
                   let policy = ConflictPolicy(rawValue: text) else {
                 throw KeychainError(.param, "on-conflict must be skip, replace or fail")
             }
@@ -398,7 +398,7 @@ public enum WireCodec {
             let startTime = try r.u64()
             request = .asCaller(pid: pid, startTime: startTime, inner: try decodeRequest(from: &r, nested: true))
         case .attributeSearch:
-            guard let collection = String(validating: try r.lengthPrefixedArray(max: 64), as: UTF8.self),
+            guard let collection = StrictUTF8.string(try r.lengthPrefixedArray(max: 64)),
                   SecretServiceNames.isValidCollection(collection) else {
                 throw KeychainError(.param, "a collection name is 1 to 64 bytes of a-z, 0-9 and _")
             }
@@ -411,7 +411,7 @@ public enum WireCodec {
             guard replace <= 1 else { throw KeychainError(.param, "replace must be 0 or 1") }
             request = .attributeAdd(d, replace: replace == 1)
         case .portalSecret:
-            guard let appID = String(validating: try r.lengthPrefixedArray(max: 255), as: UTF8.self),
+            guard let appID = StrictUTF8.string(try r.lengthPrefixedArray(max: 255)),
                   SecretServiceNames.isValidAppID(appID) else {
                 throw KeychainError(.param, "an app id is 1 to 255 bytes of A-Z, a-z, 0-9, ., _ and -")
             }
@@ -440,14 +440,14 @@ public enum WireCodec {
     }
 
     private static func deviceName(_ r: inout ByteReader) throws(KeychainError) -> String {
-        guard let name = String(validating: try r.lengthPrefixedArray(max: Request.maxDeviceNameBytes), as: UTF8.self) else {
+        guard let name = StrictUTF8.string(try r.lengthPrefixedArray(max: Request.maxDeviceNameBytes)) else {
             throw KeychainError(.param, "a device name is at most \(Request.maxDeviceNameBytes) bytes of UTF-8")
         }
         return name
     }
 
     private static func fingerprintText(_ r: inout ByteReader) throws(KeychainError) -> String {
-        guard let text = String(validating: try r.lengthPrefixedArray(max: Request.maxFingerprintTextBytes), as: UTF8.self) else {
+        guard let text = StrictUTF8.string(try r.lengthPrefixedArray(max: Request.maxFingerprintTextBytes)) else {
             throw KeychainError(.param, "a fingerprint is 32 digits")
         }
         return text
@@ -516,7 +516,7 @@ public enum WireCodec {
         let v = try r.u8()
         guard v == version else { throw KeychainError(.decode, "keychaind answered in protocol version \(v); this client speaks \(version)") }
         let status = Int32(bitPattern: try r.u32())
-        guard let message = String(validating: try r.lengthPrefixedArray(max: 64 << 10), as: UTF8.self) else {
+        guard let message = StrictUTF8.string(try r.lengthPrefixedArray(max: 64 << 10)) else {
             throw KeychainError(.decode, "response message is not UTF-8")
         }
         let result: QueryResult

@@ -240,12 +240,26 @@ public final class UnixSocket: Sendable {
     /// Ends what the peer may send (used at shutdown: requests under way still get answers).
     public func shutdownReading() { _ = try? withDescriptor { fd in Glibc.shutdown(fd, Int32(SHUT_RD)) } }
 
+    // The failure is carried out of the untyped withUnsafeBytes in an Optional, not a Result:
+    // Result<(), SocketFailure> is generic metadata that the runtime builds from its mangled
+    // name, checking SocketFailure's conformance to Error by walking every conformance record
+    // of the binary, on the first write of every process (9% of a `keychain get`'s
+    // instructions, docs/performance.md).
+
     public func writeAll(_ bytes: [UInt8]) throws(SocketFailure) {
-        try bytes.withUnsafeBytes { b in Result { () throws(SocketFailure) in try writeAll(b) } }.get()
+        var failure: SocketFailure?
+        bytes.withUnsafeBytes { b in
+            do throws(SocketFailure) { try writeAll(b) } catch { failure = error }
+        }
+        if let failure { throw failure }
     }
 
     public func writeAll(_ bytes: SecretBytes) throws(SocketFailure) {
-        try bytes.withUnsafeBytes { b in Result { () throws(SocketFailure) in try writeAll(b) } }.get()
+        var failure: SocketFailure?
+        bytes.withUnsafeBytes { b in
+            do throws(SocketFailure) { try writeAll(b) } catch { failure = error }
+        }
+        if let failure { throw failure }
     }
 
     public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(SocketFailure) {
