@@ -56,7 +56,10 @@ public enum KeychainCommand {
         }
         var path = [name]
         args = args.dropFirst()
-        let group = ShellCompletion.subcommands(of: name)
+        // Asked first, without copying the table's specs, which subcommands(of:) does for
+        // every command: most commands (get, add, list...) have no subcommands.
+        let prefix = name + " "
+        let group = commands.contains { $0.spec.name.hasPrefix(prefix) } ? ShellCompletion.subcommands(of: name) : []
         if !group.isEmpty {
             if let sub = args.first, sub == "--help" || sub == "-h" {
                 Output.line(groupUsage(name, group))
