@@ -34,7 +34,15 @@ final class StoreExecutor: Sendable {
         var answered: [UInt64: Response] = [:]
         /// The store's outboxQueuedChanges when the sync thread was last woken for it.
         var syncQueuedSeen: UInt64 = 0
+        /// When the last group of writes committed (DaemonClock's monotonic seconds), until
+        /// the timer thread checkpoints the log once writes have paused; nil: nothing since.
+        var lastWrite: Double?
     }
+
+    /// How long writes must pause before the log is checkpointed (ItemStore.checkpointLog):
+    /// long enough that a burst of writes keeps SQLite's longer log, short enough that the
+    /// reads after it search no log.
+    static let checkpointAfterIdle = 0.5
 
     private struct WriteQueue {
         var lastID: UInt64 = 0
@@ -114,7 +122,17 @@ final class StoreExecutor: Sendable {
             let next = store.withLock { (store) -> Double?? in
                 guard let handler = store.handler else { return nil }
                 handler.tick()
-                return .some(handler.nextDeadline())
+                var deadline = handler.nextDeadline()
+                if let written = store.lastWrite {
+                    let due = written + Self.checkpointAfterIdle
+                    if DaemonClock.system.monotonic() >= due {
+                        handler.store.checkpointLog()
+                        store.lastWrite = nil
+                    } else {
+                        deadline = min(deadline ?? due, due)
+                    }
+                }
+                return .some(deadline)
             }
             guard let deadline = next else { return }
             let wait = deadline.map { max(0.001, $0 - DaemonClock.system.monotonic()) } ?? 3600
@@ -215,6 +233,9 @@ final class StoreExecutor: Sendable {
             for (write, response) in zip(group, responses) {
                 if write.id == id { own = response } else { store.answered[write.id] = response }
             }
+            // The first write since the last checkpoint gives the timer a deadline to wake for.
+            if store.lastWrite == nil { timerWake.signal() }
+            store.lastWrite = DaemonClock.system.monotonic()
             // One compare for a write of sync = 0 items: only a queued push wakes the sync thread.
             guard let queued = store.handler?.store.outboxQueuedChanges, queued != store.syncQueuedSeen else { return (own, false) }
             store.syncQueuedSeen = queued

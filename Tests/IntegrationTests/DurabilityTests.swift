@@ -108,6 +108,30 @@ private func expectBurstDurable(_ c: KeychainConnection, _ w: Writer, acknowledg
 
 @Suite("Data durability across restarts and crashes", .serialized)
 struct DurabilityTests {
+    /// Reads search the write-ahead log for every page they touch until it is checkpointed
+    /// (SQLite's own checkpoint waits for 10,000 pages): once writes pause, the daemon copies
+    /// the log into the database and empties it, and what was written is read back from there.
+    @Test func aPauseInWritesEmptiesTheWriteAheadLog() throws {
+        let d = try RunningDaemon()
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let item: AttributeDictionary = ["class": .string("genp"), "svce": .string("wal"), "acct": .string("checkpointed")]
+        try c.add(item.merging(["v_Data": .data(bytes("in the file"))]) { $1 })
+        let log = d.stateDirectory + "/keychain.db-wal"
+        func logBytes() -> Int64 {
+            var st = stat()
+            return stat(log, &st) == 0 ? Int64(st.st_size) : -1
+        }
+        // A deadline for a test that hangs, not a speed requirement: the daemon waits half a
+        // second of no writes, and a loaded test machine may be slow to run it.
+        var waited = 0
+        while logBytes() != 0 && waited < 600 {
+            usleep(100_000)
+            waited += 1
+        }
+        #expect(logBytes() == 0, "the log still holds \(logBytes()) bytes after the writes stopped")
+        #expect(try c.copyMatching(item.merging(["r_Data": .bool(true)]) { $1 }) == .single(.data(bytes("in the file"))))
+    }
+
     @Test func itemsSurviveACleanRestart() throws {
         let d = try RunningDaemon()
         let secretA: [UInt8] = [0, 1, 2, 0xFE, 0xFF] + bytes("generic")
