@@ -1,6 +1,7 @@
 import KeychainCrypto
 import KeychainModel
 import KeychainStorage
+import StoreTestSupport
 import Testing
 @testable import KeychainStore
 
