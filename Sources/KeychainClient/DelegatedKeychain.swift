@@ -120,6 +120,18 @@ public struct DelegatedKeychain: Sendable {
         return (Array(ref), replaced)
     }
 
+    /// The secrets of several Secret Service items in one call (op 48): persistent reference →
+    /// (svce, content type, secret). Items the caller cannot read now are not in the answer.
+    public func attributeSecrets(_ refs: [[UInt8]]) throws(KeychainError) -> [[UInt8]: (service: String, contentType: String, secret: SecretBytes)] {
+        var found: [[UInt8]: (service: String, contentType: String, secret: SecretBytes)] = [:]
+        for item in try perform(Calls.list(.attributeSecrets(refs: refs), "attribute secrets")) {
+            guard case .attributes(let d) = item, case .data(let ref)? = d["v_PersistentRef"], case .string(let svce)? = d["svce"],
+                  case .data(let secret)? = d["v_Data"] else { throw Response.unexpected("attribute secrets") }
+            found[Array(ref)] = (svce, d["xsct"]?.stringValue ?? "text/plain", secret)
+        }
+        return found
+    }
+
     /// The sandboxed app `appID`'s secret, made on first use (the portal's RetrieveSecret).
     public func portalSecret(appID: String) throws(KeychainError) -> SecretBytes {
         try perform(Calls.data(.portalSecret(appID: appID), "portal secret"))

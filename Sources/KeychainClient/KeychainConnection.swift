@@ -229,7 +229,7 @@ public final class KeychainConnection: Sendable {
     /// true for reads; writes are retried only when the failure came before sending.
     static func isSafeToRepeat(_ request: Request) -> Bool {
         switch request {
-        case .copyMatching, .status, .lock, .attributeSearch, .keyPublic, .keySign, .keyVerify, .keyAgree, .keyEncrypt, .keyDecrypt: true
+        case .copyMatching, .status, .lock, .attributeSearch, .attributeSecrets, .keyPublic, .keySign, .keyVerify, .keyAgree, .keyEncrypt, .keyDecrypt: true
         case .asCaller(_, _, let inner): isSafeToRepeat(inner)
         default: false
         }
@@ -239,7 +239,7 @@ public final class KeychainConnection: Sendable {
     /// durable commit (hundreds of microseconds), so watching for its answer would only burn CPU.
     static func isAnsweredAtOnce(_ request: Request) -> Bool {
         switch request {
-        case .copyMatching, .status, .attributeSearch, .keyPublic, .keySign, .keyVerify, .keyAgree, .keyEncrypt, .keyDecrypt: true
+        case .copyMatching, .status, .attributeSearch, .attributeSecrets, .keyPublic, .keySign, .keyVerify, .keyAgree, .keyEncrypt, .keyDecrypt: true
         case .asCaller(_, _, let inner): isAnsweredAtOnce(inner)
         default: false
         }
@@ -321,6 +321,11 @@ public final class KeychainConnection: Sendable {
             items.append(contentsOf: more)
         }
         return Response(result: .list(items))
+    }
+
+    /// Change notices (op 47) on a connection of their own, to the same daemon.
+    public func subscribeToChanges() throws(KeychainError) -> ChangeSubscription {
+        try ChangeSubscription(try connect(), timeoutMs: timeoutMs)
     }
 
     /// A new connection to a daemon this client trusts; nothing is written before the check.

@@ -100,6 +100,8 @@ public final class FrameReader {
     deinit { wipe(0, touched) }
 
     private var buffered: Int { end - start }
+    /// Whether bytes of a next frame are already read from the socket (a poll would not show them).
+    public var hasBuffered: Bool { buffered > 0 }
 
     /// The next frame's payload, or nil on a clean EOF between frames. Waits up to
     /// `idleTimeoutMs` for a frame to begin (a client may keep an idle connection), then at

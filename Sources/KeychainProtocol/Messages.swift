@@ -37,6 +37,14 @@ public enum Request: Sendable, Equatable {
     /// The portal's per-app secret (64 random bytes, made on first use), kept in the group
     /// `portal.<appID>`. Only for the portal, inside asCaller.
     case portalSecret(appID: String)
+    /// The secrets of these Secret Service items (persistent references), each answered with
+    /// its svce and content type: GetSecrets in one call. Items the caller cannot read now
+    /// (not in its groups, deleted, of a locked class, not Secret Service items) are left out.
+    case attributeSecrets(refs: [[UInt8]])
+    /// Turns the connection into a feed of change notices: after the one answer, keychaind
+    /// sends a frame whenever a Secret Service item the caller may know of, or the lock state,
+    /// changes (docs/protocol.md, op 47). The connection takes no further request.
+    case changeSubscribe
     /// Generates a private key of the `type` the attributes name and stores it as a keys item;
     /// the answer is its attributes with its persistent reference (docs/keys.md).
     case keyGenerate(AttributeDictionary)
@@ -93,6 +101,9 @@ public enum Request: Sendable, Equatable {
     /// A device name: at most 64 bytes of UTF-8 (docs/sync.md, section 3).
     public static let maxDeviceNameBytes = 64
 
+    /// Most items in one attributeSecrets (the bridge's GetSecrets takes as many).
+    public static let maxSecretsPerCall: UInt32 = 4096
+
     /// The largest piece of a backup file moved in one call.
     public static let chunkBytes = 512 << 10
 
@@ -112,6 +123,8 @@ public enum Request: Sendable, Equatable {
         case loginSlotAdd = 40, loginSlotRemove = 41, loginSlotStatus = 42, loginUnlock = 43, loginSlotRewrap = 44
         case metrics = 45
         case credentialLookup = 46
+        // 47-48: the Secret Service bridge (issue 28).
+        case changeSubscribe = 47, attributeSecrets = 48
     }
 
     public var operation: Operation {
@@ -135,6 +148,8 @@ public enum Request: Sendable, Equatable {
         case .attributeSearch: .attributeSearch
         case .attributeAdd: .attributeAdd
         case .portalSecret: .portalSecret
+        case .attributeSecrets: .attributeSecrets
+        case .changeSubscribe: .changeSubscribe
         case .keyGenerate: .keyGenerate
         case .keyPublic: .keyPublic
         case .keySign: .keySign
@@ -181,7 +196,7 @@ public enum Request: Sendable, Equatable {
     /// secret lives in a group of the app it is for, not of its caller.)
     public var needsAccessGroups: Bool {
         switch self {
-        case .add, .copyMatching, .update, .delete, .attributeSearch, .attributeAdd: true
+        case .add, .copyMatching, .update, .delete, .attributeSearch, .attributeAdd, .attributeSecrets: true
         case .keyGenerate, .keyPublic, .keySign, .keyVerify, .keyAgree: true
         case .asCaller(_, _, let inner): inner.needsAccessGroups
         case .keyEncrypt, .keyDecrypt: true
@@ -275,7 +290,7 @@ public enum WireCodec {
              .keyEncrypt(let q, let c), .keyDecrypt(let q, let c):
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
-        case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave, .loginSlotRemove, .loginSlotStatus, .metrics:
+        case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave, .loginSlotRemove, .loginSlotStatus, .metrics, .changeSubscribe:
             break
         case .loginSlotAdd(let p), .loginUnlock(let p):
             w.lengthPrefixed(p)
@@ -322,6 +337,9 @@ public enum WireCodec {
             w.u8(replace ? 1 : 0)
         case .portalSecret(let appID):
             w.lengthPrefixed(appID.utf8)
+        case .attributeSecrets(let refs):
+            w.u32(UInt32(refs.count))
+            for ref in refs { w.lengthPrefixed(ref) }
         }
     }
 
@@ -416,6 +434,21 @@ public enum WireCodec {
                 throw KeychainError(.param, "an app id is 1 to 255 bytes of A-Z, a-z, 0-9, ., _ and -")
             }
             request = .portalSecret(appID: appID)
+        case .attributeSecrets:
+            let count = try r.u32()
+            guard count >= 1 && count <= Request.maxSecretsPerCall else {
+                throw KeychainError(.param, "attributeSecrets takes 1 to \(Request.maxSecretsPerCall) persistent references, not \(count)")
+            }
+            var refs: [[UInt8]] = []
+            for _ in 0..<count {
+                let ref = try r.lengthPrefixedArray(max: 20)
+                guard ref.count == 20 else { throw KeychainError(.param, "a persistent reference is 20 bytes") }
+                refs.append(ref)
+            }
+            request = .attributeSecrets(refs: refs)
+        case .changeSubscribe:
+            guard !nested else { throw KeychainError(.param, "changeSubscribe is made on the subscriber's own connection, not inside an asCaller") }
+            request = .changeSubscribe
         case .syncStatus: request = .syncStatus
         case .syncDevices: request = .syncDevices
         case .syncNow: request = .syncNow

@@ -26,6 +26,8 @@ final class RequestHandler {
     let store: ItemStore
     let lockPolicy: LockPolicy
     private(set) var machine: LockStateMachine
+    /// Whether the keychain is not unlocked now (what change notices report).
+    var isLocked: Bool { machine.state != .unlocked }
     private var throttle: PasscodeThrottle
     /// The login slot's own: a stale slot tried at every login must never delay `unlock`.
     private var loginThrottle: PasscodeThrottle
@@ -306,8 +308,12 @@ final class RequestHandler {
             return Response(result: .single(.attributes(try store.attributeIndex.add(dict, replace: replace, scope: scope))))
         case .portalSecret(let appID):
             return Response(result: .single(.data(try store.portalSecrets.secret(appID: appID))))
+        case .attributeSecrets(let refs):
+            return Response(result: .list(try store.attributeIndex.secrets(of: refs, scope: scope).map(ItemResult.attributes)))
         case .asCaller:
             throw KeychainError(.internal, "asCaller reached the store: the server unwraps it")
+        case .changeSubscribe:
+            throw KeychainError(.internal, "changeSubscribe reached the store: the server serves it")
         case .setPasscode, .changePasscode, .removePasscode, .backupBegin, .restoreCommit:
             throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
         case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices, .syncNow, .syncRemove, .syncLeave:

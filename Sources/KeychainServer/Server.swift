@@ -421,6 +421,47 @@ public final class KeychainServer: LifecycleService, Sendable {
         }
     }
 
+    /// Op 47: one answer, then a frame of the change notices the caller may know of whenever
+    /// some arrive (ChangeNotices.describe), until the client closes the connection or sends
+    /// anything (a subscription takes no further request), or the daemon stops. Not subject to
+    /// the idle timeout (a quiet keychain sends nothing, and the subscriber sends nothing), so
+    /// ChangeNotices bounds how many one uid may hold.
+    private func serveNotices(_ socket: UnixSocket, _ caller: Caller, _ process: PeerProcess?, bridge: BridgeLink?) {
+        let subscription: ChangeNotices.Subscription
+        do {
+            subscription = try executor.notices.subscribe(uid: caller.uid)
+        } catch {
+            try? socket.writeAll(WireCodec.frame(Response(error: error)))
+            return
+        }
+        defer { executor.notices.unsubscribe(subscription) }
+        guard (try? socket.writeAll(WireCodec.frame(Response()))) != nil else { return }
+        logger.debug("\(caller) subscribed to change notices")
+        while true {
+            var fds = [pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: subscription.wake, events: Int16(POLLIN), revents: 0)]
+            guard poll(&fds, 2, -1) >= 0 || errno == EINTR else { return }
+            if fds[0].revents != 0 { return }
+            guard fds[1].revents != 0 else { continue }
+            // As for a request: a process that exec'd another program since it connected is
+            // not told what the one it connected as may know.
+            if executor.identifiesByExecutable, !(bridge?.bridgeUnchanged() ?? process?.stillRuns(caller.executable) ?? false) {
+                logger.warning("closing the change notices of \(caller): its process no longer runs \(caller.executable ?? "the executable it connected with")")
+                return
+            }
+            let policy = executor.policy
+            let groups = policy.scope(for: caller).groups
+            let described = subscription.take().compactMap {
+                ChangeNotices.describe($0, subscriberPID: caller.pid, subscriberUID: caller.uid, groups: groups,
+                                       isBridge: bridge != nil && policy.isBridge(caller.executable))
+            }
+            for start in stride(from: 0, to: described.count, by: 256) {
+                let page = described[start..<min(start + 256, described.count)].map(ItemResult.attributes)
+                guard (try? socket.writeAll(WireCodec.frame(Response(result: .list(page))))) != nil else { return }
+            }
+        }
+    }
+
     private func serve(_ socket: UnixSocket, _ caller: Caller, _ process: PeerProcess?, bridge: BridgeLink?) {
         let reader = FrameReader(socket, capacity: 16 << 10)
         var pace = ConnectionPace(connection: Int(socket.fd))
@@ -467,6 +508,9 @@ public final class KeychainServer: LifecycleService, Sendable {
                         }
                         response = refusal
                     }
+                case .changeSubscribe:
+                    serveNotices(socket, caller, process, bridge: bridge)
+                    return
                 case .portalSecret:
                     response = Response(error: KeychainError(.missingEntitlement, "portal secrets are given only to the desktop portal, through the Secret Service bridge (asCaller)"))
                     executor.audit(refused: request, from: caller, response: response)

@@ -23,6 +23,8 @@ final class StoreExecutor: Sendable {
         let request: Request
         let caller: Caller
         let policy: AccessPolicy
+        /// The process whose connection sent it (the bridge's, for a call made for another).
+        let writerPID: Int32
     }
 
     /// What the store's lock guards.
@@ -37,6 +39,8 @@ final class StoreExecutor: Sendable {
         /// When the last group of writes committed (DaemonClock's monotonic seconds), until
         /// the timer thread checkpoints the log once writes have paused; nil: nothing since.
         var lastWrite: Double?
+        /// The lock state change notices last reported (op 47).
+        var noticedLocked = false
     }
 
     /// How long writes must pause before the log is checkpointed (ItemStore.checkpointLog):
@@ -82,6 +86,10 @@ final class StoreExecutor: Sendable {
     /// in tests, which hold a key call here to show who is served meanwhile.
     private let useKey: @Sendable (PreparedKeyCall) -> Response
 
+    /// The subscribers of change notices (op 47), told of each committed Secret Service change
+    /// and lock-state change.
+    let notices = ChangeNotices()
+
     /// The sync calls and the sync thread, which talk to PostgreSQL between short holds of the lock.
     private let sync: SyncCalls
 
@@ -100,7 +108,9 @@ final class StoreExecutor: Sendable {
         self.useKey = useKey
         sync = SyncCalls(database: syncDatabase, timing: syncTiming, log: log)
         let reader = itemStore.splitReader
-        store = PthreadMutex(Store(handler: try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)))
+        let handler = try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)
+        let lockedAtStart = handler.isLocked
+        store = PthreadMutex(Store(handler: handler, noticedLocked: lockedAtStart))
         settings = PthreadMutex(Settings(policy: policy, audit: audit, reader: reader))
         executablesMatter = Atomic(policy.identifiesByExecutable)
         let thread = Thread { [self] in self.runTimer() }
@@ -111,7 +121,10 @@ final class StoreExecutor: Sendable {
 
     /// A lock event from the host (a signal, a session-lock hook).
     func lock(reason: String) {
-        store.withLock { $0.handler?.lock(reason: reason) }
+        notices.publish(store.withLock { store in
+            store.handler?.lock(reason: reason)
+            return lockStateNotices(&store)
+        })
         timerWake.signal()
     }
 
@@ -119,8 +132,8 @@ final class StoreExecutor: Sendable {
     /// until the executor stops.
     private func runTimer() {
         while true {
-            let next = store.withLock { (store) -> Double?? in
-                guard let handler = store.handler else { return nil }
+            let (next, changed) = store.withLock { (store) -> (Double??, [ChangeNotice]) in
+                guard let handler = store.handler else { return (nil, []) }
                 handler.tick()
                 var deadline = handler.nextDeadline()
                 if let written = store.lastWrite {
@@ -132,8 +145,9 @@ final class StoreExecutor: Sendable {
                         deadline = min(deadline ?? due, due)
                     }
                 }
-                return .some(deadline)
+                return (.some(deadline), lockStateNotices(&store))
             }
+            notices.publish(changed)
             guard let deadline = next else { return }
             let wait = deadline.map { max(0.001, $0 - DaemonClock.system.monotonic()) } ?? 3600
             _ = timerWake.wait(timeout: .now() + wait)
@@ -148,7 +162,7 @@ final class StoreExecutor: Sendable {
                 emit: (Response) -> Bool = { _ in true }) -> Response {
         let current = settings.withLock { $0 }
         let started = MonotonicClock.nanoseconds()
-        let response = run(request, from: caller, policy: current.policy, reader: current.reader, emit: emit)
+        let response = run(request, from: caller, policy: current.policy, reader: current.reader, writerPID: bridgePID ?? caller.pid, emit: emit)
         metrics.record(request, status: response.status, nanoseconds: Int64(MonotonicClock.nanoseconds() &- started),
                        viaBridge: bridgePID != nil)
         // The bridge asks for status every second to learn of changes (docs/secret-service.md,
@@ -174,7 +188,7 @@ final class StoreExecutor: Sendable {
     }
 
     private func run(_ request: Request, from caller: Caller, policy: AccessPolicy, reader: SplitReader?,
-                     emit: (Response) -> Bool) -> Response {
+                     writerPID: Int32, emit: (Response) -> Bool) -> Response {
         if case .metrics = request { return metricsAnswer(for: caller, policy: policy) }
         if case .copyMatching(let query) = request {
             guard let reader else { return Self.stopping }
@@ -197,7 +211,10 @@ final class StoreExecutor: Sendable {
                 // the inbox for a class key can be applied.
                 sync.loop.startIfReady(store: LockedStore(executor: self))
                 sync.loop.wake()
-            case .restoreCommit: sync.loop.wake()  // restored synchronizable items queue pushes
+            case .restoreCommit:
+                sync.loop.wake()  // restored synchronizable items queue pushes
+                // Restored items are not named one by one: subscribers re-read.
+                if response.status == 0 { notices.publish([Self.unnamedChange]) }
             default: break
             }
             return response
@@ -207,25 +224,32 @@ final class StoreExecutor: Sendable {
             let response = locked { $0.handle(request, from: caller, policy: policy) }
             if request.isAdministrative { timerWake.signal() }
             if case .attributeSearch = request { return Self.paged(response, emit: emit) }
+            if case .attributeSecrets = request { return Self.paged(response, emit: emit) }
             return response
         }
         let id = writes.withLock { queue in
             queue.lastID += 1
-            queue.pending.append(Write(id: queue.lastID, request: request, caller: caller, policy: policy))
+            queue.pending.append(Write(id: queue.lastID, request: request, caller: caller, policy: policy, writerPID: writerPID))
             return queue.lastID
         }
-        let (response, queuedSync) = store.withLock { (store) -> (Response, Bool) in
+        let (response, queuedSync, changed) = store.withLock { (store) -> (Response, Bool, [ChangeNotice]) in
             // Committed by the previous holder's group (which woke the sync thread if needed).
-            if let response = store.answered.removeValue(forKey: id) { return (response, false) }
+            if let response = store.answered.removeValue(forKey: id) { return (response, false, []) }
             // Ours is among these: it was queued before this lock was taken, and not answered.
             let group = writes.withLock { queue in
                 defer { queue.pending.removeAll(keepingCapacity: true) }
                 return queue.pending
             }
             let responses: [Response]
+            var changed: [ChangeNotice] = []
             if let handler = store.handler {
-                responses = group.count == 1 ? [handler.handle(request, from: caller, policy: policy)]
-                                             : Self.runGrouped(group, handler)
+                handler.store.notesSecretServiceChanges = notices.hasSubscribers
+                if group.count == 1 {
+                    responses = [handler.handle(request, from: caller, policy: policy)]
+                    changed = Self.notices(of: group[0], responses[0], handler)
+                } else {
+                    (responses, changed) = Self.runGrouped(group, handler)
+                }
             } else {
                 responses = group.map { _ in Self.stopping }
             }
@@ -237,10 +261,11 @@ final class StoreExecutor: Sendable {
             if store.lastWrite == nil { timerWake.signal() }
             store.lastWrite = DaemonClock.system.monotonic()
             // One compare for a write of sync = 0 items: only a queued push wakes the sync thread.
-            guard let queued = store.handler?.store.outboxQueuedChanges, queued != store.syncQueuedSeen else { return (own, false) }
+            guard let queued = store.handler?.store.outboxQueuedChanges, queued != store.syncQueuedSeen else { return (own, false, changed) }
             store.syncQueuedSeen = queued
-            return (own, true)
+            return (own, true, changed)
         }
+        notices.publish(changed)
         if queuedSync { sync.loop.wake() }
         return response
     }
@@ -380,18 +405,26 @@ final class StoreExecutor: Sendable {
         let executor: StoreExecutor
 
         func withReplica<T: Sendable>(_ body: (ItemReplica) throws(KeychainError) -> T) throws(KeychainError) -> T {
-            try executor.store.withLock { (store) throws(KeychainError) -> T in
+            let (result, moved) = try executor.store.withLock { (store) throws(KeychainError) -> (T, Bool) in
                 guard let handler = store.handler else { throw StoreExecutor.stoppingError }
-                return try body(handler.store.replica)
+                // A pull applies rows the store does not name one by one: subscribers re-read.
+                let before = executor.notices.hasSubscribers ? try? handler.store.generation() : nil
+                let result = try body(handler.store.replica)
+                return (result, before != nil && (try? handler.store.generation()) != before)
             }
+            if moved { executor.notices.publish([StoreExecutor.unnamedChange]) }
+            return result
         }
     }
 
     private func locked(_ body: (RequestHandler) -> Response) -> Response {
-        store.withLock { store in
-            guard let handler = store.handler else { return Self.stopping }
-            return body(handler)
+        let (response, changed) = store.withLock { store -> (Response, [ChangeNotice]) in
+            guard let handler = store.handler else { return (Self.stopping, []) }
+            let response = body(handler)
+            return (response, lockStateNotices(&store))
         }
+        notices.publish(changed)
+        return response
     }
 
     /// Releases the store once in-flight calls are done (its class keys are zeroed as the last
@@ -408,19 +441,45 @@ final class StoreExecutor: Sendable {
     private static let stopping = Response(error: stoppingError)
 
     /// The responses of a group of writes, in order, committed in one transaction.
-    private static func runGrouped(_ group: [Write], _ handler: RequestHandler) -> [Response] {
+    private static func runGrouped(_ group: [Write], _ handler: RequestHandler) -> ([Response], [ChangeNotice]) {
         var responses: [Response] = []
+        var changed: [ChangeNotice] = []
         responses.reserveCapacity(group.count)
         do throws(KeychainError) {
             try handler.store.inOneTransaction {
-                for write in group { responses.append(handler.handle(write.request, from: write.caller, policy: write.policy)) }
+                for write in group {
+                    let response = handler.handle(write.request, from: write.caller, policy: write.policy)
+                    responses.append(response)
+                    changed += notices(of: write, response, handler)
+                }
             }
         } catch {
             // The commit failed: nothing in the group took effect, and every caller hears so.
-            return group.map { _ in Response(error: error) }
+            return (group.map { _ in Response(error: error) }, [])
         }
-        return responses
+        return (responses, changed)
     }
+
+    /// The Secret Service changes `write` made, as notices: none if it failed, since its
+    /// savepoint undid them.
+    private static func notices(of write: Write, _ response: Response, _ handler: RequestHandler) -> [ChangeNotice] {
+        let changes = handler.store.takeSecretServiceChanges()
+        guard response.status == 0 else { return [] }
+        return changes.map { ChangeNotice(what: .item($0), writerPID: write.writerPID, writerUID: write.caller.uid) }
+    }
+
+    /// A lock-state notice if the state moved since the last one (called under the lock).
+    private func lockStateNotices(_ store: inout Store) -> [ChangeNotice] {
+        guard let handler = store.handler else { return [] }
+        let now = handler.isLocked
+        guard now != store.noticedLocked else { return [] }
+        store.noticedLocked = now
+        return [ChangeNotice(what: .lockState(locked: now), writerPID: 0, writerUID: 0)]
+    }
+
+    /// A change the store cannot name item by item (a restore, a sync pull).
+    static let unnamedChange = ChangeNotice(what: .item(SecretServiceChange(kind: .unknown, persistentRef: [], service: "", accessGroup: "")),
+                                            writerPID: 0, writerUID: 0)
 
     /// Records the one call a refused caller gets answered (denied calls are audited too).
     func audit(refused request: Request, from caller: Caller, response: Response, bridgePID: Int32? = nil) {

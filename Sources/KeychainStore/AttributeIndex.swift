@@ -12,7 +12,7 @@ public struct AttributeIndex {
 
     static let secretServicePrefix = "secret-service:"
     /// The keys attributeAdd takes; anything else is refused rather than silently stored.
-    private static let attributeAddKeys: Set<String> = ["class", "svce", "xsat", "labl", "xsct", "v_Data", "agrp", "pdmn"]
+    private static let attributeAddKeys: Set<String> = ["class", "svce", "xsat", "labl", "xsct", "v_Data", "agrp", "pdmn", "cdat", "mdat"]
 
     /// The Secret Service items of `collection` in the caller's groups holding every pair of
     /// `pairs` (`exact`: exactly that set), as attribute dictionaries: v_PersistentRef, pdmn,
@@ -102,7 +102,7 @@ public struct AttributeIndex {
     /// v_PersistentRef and replaced.
     public func add(_ dict: AttributeDictionary, replace: Bool, scope: AccessScope) throws(KeychainError) -> AttributeDictionary {
         if let key = dict.keys.first(where: { !Self.attributeAddKeys.contains($0) }) {
-            throw KeychainError(.param, "attributeAdd does not take \(key); it takes class, svce, xsat, labl, xsct, v_Data, agrp and pdmn")
+            throw KeychainError(.param, "attributeAdd does not take \(key); it takes class, svce, xsat, labl, xsct, v_Data, agrp, pdmn, cdat and mdat")
         }
         guard dict["class"] == .string(ItemClass.genericPassword.rawValue) else {
             throw KeychainError(.param, "a Secret Service item is of class genp")
@@ -121,7 +121,7 @@ public struct AttributeIndex {
                 try rewrite(target, with: query)
                 return Self.addResult(target.row, replaced: true)
             }
-            let item = try store.items.insert(query, scope: scope, accountFromID: true)
+            let item = try store.items.insert(query, scope: scope, accountFromID: true, keepGivenDates: true)
             return Self.addResult(item.row, replaced: false)
         }
     }
@@ -129,6 +129,29 @@ public struct AttributeIndex {
     private static func addResult(_ row: ItemRow, replaced: Bool) -> AttributeDictionary {
         ["v_PersistentRef": .data(PersistentRef(itemClass: row.itemClass, id: row.persistentID).bytes),
          "replaced": .bool(replaced)]
+    }
+
+    /// Op 48: for each persistent reference, the Secret Service item's v_PersistentRef, svce,
+    /// xsct and v_Data, when it is in the caller's groups and its class is unlocked; others
+    /// are left out, as GetSecrets leaves them out. One lookup by persistent id each.
+    public func secrets(of refs: [[UInt8]], scope: AccessScope) throws(KeychainError) -> [AttributeDictionary] {
+        var found: [AttributeDictionary] = []
+        for ref in refs {
+            guard let reference = PersistentRef(bytes: ref), reference.itemClass == .genericPassword else { continue }
+            var filter = RowFilter(itemClass: .genericPassword, accessGroups: scope.groups)
+            filter.persistentID = reference.id
+            var match: ItemRow?
+            try store.table.forEach(filter) { row in
+                match = row
+                return false
+            }
+            guard let row = match, let pdmn = row.protection, store.isAvailable(pdmn),
+                  let item = try? store.open(row), case .string(let svce)? = item.attributes["svce"],
+                  svce.hasPrefix(Self.secretServicePrefix) else { continue }
+            found.append(["v_PersistentRef": .data(SecretBytes(ref)), "svce": .string(svce),
+                          "xsct": item.attributes["xsct"] ?? .string("text/plain"), "v_Data": .data(item.data)])
+        }
+        return found
     }
 
     /// The caller's first item of this collection (lowest rowid) whose set equals `pairs`:
@@ -154,14 +177,17 @@ public struct AttributeIndex {
         var attributes = item.attributes
         attributes["labl"] = query.attributes["labl"] ?? .string("")
         attributes["xsct"] = query.attributes["xsct"]
+        // An import gives the mdat its source had; otherwise mdat strictly increases.
         var mdat = store.now()
         if case .date(let old)? = item.attributes["mdat"], mdat <= old { mdat = old + 0.001 }
+        if case .date(let given)? = query.attributes["mdat"] { mdat = given }
         attributes["mdat"] = .date(mdat)
         guard let pdmn = item.row.protection else { throw KeychainError(.decode, "item has an unknown protection class: the row was altered") }
         let row = store.codec.seal(item.itemClass, attributes: attributes, data: query.data ?? .empty,
                                    persistentID: item.row.persistentID, classKey: try store.classKey(pdmn), rowid: item.row.rowid)
         try store.table.replace(row)
         try store.queueReplicaChange(replaced: item.row, with: row)
+        store.noteSecretServiceChange(.changed, row: row, attributes: attributes)
     }
 
     /// An item's attribute set; an item with no xsat has the empty set.

@@ -26,6 +26,10 @@ public final class ItemStore {
     /// compares it after a write to wake the replicator, at the cost of one compare for the
     /// writes that queue nothing.
     public internal(set) var outboxQueuedChanges: UInt64 = 0
+    /// Whether writes note their Secret Service changes (someone subscribed to change
+    /// notices), and the changes noted since the daemon last took them (SecretServiceChanges.swift).
+    public var notesSecretServiceChanges = false
+    var secretServiceChanges: [SecretServiceChange] = []
     /// Where the clean-stop record goes when the store closes; set only once a start has
     /// passed every check, so that a refused start never vouches for the database.
     private var generationRecord: GenerationRecordFile?

@@ -28,7 +28,10 @@ public struct SecItems {
     /// Adds the item `query` describes, in the caller's group. `accountFromID`: its account
     /// is the hex of its persistent id (a Secret Service item's, which keychaind names), so
     /// that its primary key never clashes.
-    func insert(_ query: ItemQuery, scope: AccessScope, accountFromID: Bool = false) throws(KeychainError) -> StoredItem {
+    /// `keepGivenDates`: a cdat and mdat in the query are kept (an import's, from the store it
+    /// reads), not replaced by now.
+    func insert(_ query: ItemQuery, scope: AccessScope, accountFromID: Bool = false,
+                keepGivenDates: Bool = false) throws(KeychainError) -> StoredItem {
         let cls = query.itemClass
         var attributes = query.attributes
         let agrp = try query.accessGroup.map { (g) throws(KeychainError) in try scope.groups(naming: g)[0] }
@@ -48,8 +51,8 @@ public struct SecItems {
         attributes["agrp"] = .string(agrp)
         attributes["pdmn"] = .string(pdmn.rawValue)
         attributes["sync"] = attributes["sync"] ?? .int(0)
-        attributes["cdat"] = .date(stamp)
-        attributes["mdat"] = .date(stamp)
+        attributes["cdat"] = keepGivenDates ? query.attributes["cdat"] ?? .date(stamp) : .date(stamp)
+        attributes["mdat"] = keepGivenDates ? query.attributes["mdat"] ?? attributes["cdat"] : .date(stamp)
         let data = query.data ?? .empty
         let id = PersistentID.make(at: stamp)
         if accountFromID { attributes["acct"] = .string(PersistentID.hex(id)) }
@@ -59,6 +62,7 @@ public struct SecItems {
             var inserted = row
             inserted.rowid = try insertReplacingCorrupt(row)
             try store.queueReplicaChange(inserted: inserted)
+            store.noteSecretServiceChange(.created, row: inserted, attributes: attributes)
             return inserted.rowid
         }
         return StoredItem(row: row, attributes: attributes, data: data, expiry: StoredItem.expiry(in: attributes))
@@ -191,6 +195,12 @@ public struct SecItems {
                 try store.table.replace(row)
             }
             try store.queueReplicaChange(replaced: item.row, with: row)
+            if item.attributes["svce"] != attributes["svce"] {
+                store.noteSecretServiceChange(.deleted, row: item.row, attributes: item.attributes)
+                store.noteSecretServiceChange(.created, row: row, attributes: attributes)
+            } else {
+                store.noteSecretServiceChange(.changed, row: row, attributes: attributes)
+            }
         }
     }
 
@@ -210,6 +220,7 @@ public struct SecItems {
             guard plan.needsOpening else {
                 // Every condition is a column: SQLite finds and deletes the rows in one statement.
                 try store.queueReplicaChange(deletingRowsOf: plan.filter)
+                try store.noteSecretServiceDeletes(plan.filter)
                 guard try store.table.deleteRows(plan.filter) > 0 else { throw Self.nothingFound(corrupt: 0) }
                 return
             }
@@ -220,6 +231,7 @@ public struct SecItems {
             for item in items {
                 try store.queueReplicaChange(deleting: item.row)
                 try store.table.delete(rowid: item.row.rowid)
+                store.noteSecretServiceChange(.deleted, row: item.row, attributes: item.attributes)
             }
         }
     }

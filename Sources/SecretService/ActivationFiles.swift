@@ -20,6 +20,14 @@ public struct ActivationFiles {
     /// found from the executable's own path; nil for a bridge run from a build directory.
     public let shippedDirectory: String?
     public let executable: String
+    /// $XDG_CONFIG_HOME/autostart, else ~/.config/autostart: where a user's entry hides the
+    /// system's entry of the same name.
+    public let autostartDirectory: String
+    /// gnome-keyring's entry that starts its Secret Service at a desktop login, where one of
+    /// $XDG_CONFIG_DIRS (else /etc/xdg) has it; nil when gnome-keyring's is not installed.
+    public let gnomeKeyringAutostart: String?
+
+    public static let gnomeKeyringSecretsEntry = "gnome-keyring-secrets.desktop"
 
     public init(executable: String, environment: [String: String]) throws(KeychainError) {
         let dataHome: String
@@ -31,6 +39,16 @@ public struct ActivationFiles {
             throw KeychainError(.param, "neither XDG_DATA_HOME nor HOME is set: cannot find the user's D-Bus services directory")
         }
         userDirectory = dataHome + "/dbus-1/services"
+        if let xdg = environment["XDG_CONFIG_HOME"], xdg.hasPrefix("/") {
+            autostartDirectory = xdg + "/autostart"
+        } else if let home = environment["HOME"], home.hasPrefix("/") {
+            autostartDirectory = home + "/.config/autostart"
+        } else {
+            throw KeychainError(.param, "neither XDG_CONFIG_HOME nor HOME is set: cannot find the user's autostart directory")
+        }
+        let configDirectories = (environment["XDG_CONFIG_DIRS"].flatMap { $0.isEmpty ? nil : $0 } ?? "/etc/xdg").split(separator: ":")
+        gnomeKeyringAutostart = configDirectories.map { $0 + "/autostart/" + Self.gnomeKeyringSecretsEntry }
+            .first { access($0, R_OK) == 0 }
         self.executable = executable
         let prefix = URL(fileURLWithPath: executable).deletingLastPathComponent().deletingLastPathComponent().path
         let shipped = prefix + "/share/keychaind/dbus-1"
@@ -57,7 +75,8 @@ public struct ActivationFiles {
     }
 
     /// Writes both files (atomically, through a temporary file in the same directory; 0600, as
-    /// the bus that reads them runs as this user); the paths written.
+    /// the bus that reads them runs as this user), and hides gnome-keyring's secrets autostart
+    /// entry; the paths written.
     public func enable(socket: String?, trustedUID: UInt32? = nil) throws(KeychainError) -> [String] {
         if let socket, !socket.hasPrefix("/") {
             throw KeychainError(.param, "--socket for an activation file must be an absolute path")
@@ -73,15 +92,36 @@ public struct ActivationFiles {
             if case .failure(let error) = outcome { throw error.keychainError("cannot write \(path)") }
             written.append(path)
         }
+        if let hidden = try hideGnomeKeyringAutostart() { written.append(hidden) }
         return written
     }
 
-    /// Removes the files `enable` wrote; a file of the same name that is not ours (it does not
-    /// name keychain-secret-service) is left where it is. The paths removed.
+    /// Hides gnome-keyring's secrets autostart entry for this user (an entry of the same name
+    /// with Hidden=true in the user's autostart directory), so that a desktop login does not
+    /// start gnome-keyring's Secret Service beside the bridge; nil when that entry is not
+    /// installed, or the user has an entry of that name of their own, which stays.
+    public func hideGnomeKeyringAutostart() throws(KeychainError) -> String? {
+        guard gnomeKeyringAutostart != nil else { return nil }
+        let path = autostartDirectory + "/" + Self.gnomeKeyringSecretsEntry
+        if let text = try? String(contentsOfFile: path, encoding: .utf8), !text.contains(Self.autostartMarker) { return nil }
+        try makeDirectories(autostartDirectory)
+        let text = "# \(Self.autostartMarker)\n[Desktop Entry]\nType=Application\nName=Secret Storage Service\nHidden=true\n"
+        let outcome = Array(text.utf8).withUnsafeBytes { raw in
+            Result { () throws(SystemCallError) in try DurableFile.write(raw, to: path, placement: .replace) }
+        }
+        if case .failure(let error) = outcome { throw error.keychainError("cannot write \(path)") }
+        return path
+    }
+
+    static let autostartMarker = "Written by keychain-secret-service --enable; removed by --disable."
+
+    /// Removes the files `enable` and `hideGnomeKeyringAutostart` wrote; a file of the same
+    /// name that is not ours (it does not name keychain-secret-service) is left where it is.
+    /// The paths removed.
     public func disable() throws(KeychainError) -> [String] {
         var removed: [String] = []
-        for file in [Self.secretsFile, Self.portalFile] {
-            let path = userDirectory + "/" + file
+        for path in [Self.secretsFile, Self.portalFile].map({ userDirectory + "/" + $0 })
+            + [autostartDirectory + "/" + Self.gnomeKeyringSecretsEntry] {
             guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
             guard text.contains("keychain-secret-service") else { continue }
             guard unlink(path) == 0 else {

@@ -104,10 +104,11 @@ struct CreatedCollections {
                              contentType: "text/plain", secret: .empty, replace: false)
     }
 
-    /// A new collection with a random id, holding `alias` if it is not empty.
-    func create(label: String, alias: String) throws(KeychainError) -> ItemID {
+    /// A new collection with a random id, holding `alias` if it is not empty (and, for an
+    /// import, where it came from).
+    func create(label: String, alias: String, extraAttributes: [String: String] = [:]) throws(KeychainError) -> ItemID {
         let id = ItemID.random()
-        var pairs = ["xdg:schema": Self.recordSchema, Self.idAttribute: id.hex]
+        var pairs = extraAttributes.merging(["xdg:schema": Self.recordSchema, Self.idAttribute: id.hex]) { $1 }
         if !alias.isEmpty { pairs[Self.aliasAttribute(alias)] = "1" }
         _ = try store.create(label: label, attributes: try SecretServiceAttributes(pairs), contentType: "text/plain",
                              secret: .empty, replace: false)

@@ -38,14 +38,7 @@ extension SecretServiceBridge {
             }
             let sessionPath = try call.readObjectPath()
             let session = try sessions.session(sessionPath, of: sender)
-            var secrets: [BusValue] = []
-            for case .objectPath(let path) in paths {
-                guard case .item(let collection, let id)? = try SecretObjectPath(path, alias: { try resolveAlias($0, sender: sender) }) else { continue }
-                // Missing, foreign and locked items are left out (libsecret asks for unlocked ones).
-                guard let secret = try? secretStruct(collection, id: id, session: session, sessionPath: sessionPath, sender: sender) else { continue }
-                secrets.append(.entry(.objectPath(path), secret))
-            }
-            return [.array(element: "{o(oayays)}", secrets)]
+            return [.array(element: "{o(oayays)}", try secrets(paths.compactMap(\.objectPathValue), session: session, sessionPath: sessionPath, sender: sender))]
         case "ReadAlias":
             let alias = try call.readString()
             return [.objectPath(try resolveAlias(alias, sender: sender)?.path ?? "/")]
@@ -166,6 +159,37 @@ extension SecretServiceBridge {
         }
         let encoded = try session.encode(value)
         return .structure([.objectPath(sessionPath), .bytes(encoded.parameters), encoded.value, .string(contentType)])
+    }
+
+    /// GetSecrets' answer: the stored items' secrets in one keychaind call (op 48), the session
+    /// collection's from memory. Missing, foreign and locked items are left out (libsecret
+    /// asks for unlocked ones), as is an item whose path names another collection than its own.
+    func secrets(_ paths: [String], session: TransferSession, sessionPath: String, sender: String) throws -> [BusValue] {
+        var wanted: [(path: String, collection: CollectionName, id: String)] = []
+        for path in paths {
+            guard case .item(let collection, let id)? = try SecretObjectPath(path, alias: { try resolveAlias($0, sender: sender) }) else { continue }
+            wanted.append((path, collection, id))
+        }
+        var refs: [[UInt8]] = []
+        for item in wanted where item.collection != .session {
+            if let id = ItemID(hex: item.id) { refs.append(id.persistentRef) }
+        }
+        let stored = refs.isEmpty ? [:] : try delegated(sender).attributeSecrets(refs)
+        var secrets: [BusValue] = []
+        for item in wanted {
+            let value: SecretBytes, contentType: String
+            if item.collection == .session {
+                guard let found = try? sessionItems.item(item.id, groups: try groups(sender)) else { continue }
+                (value, contentType) = (found.secret, found.contentType)
+            } else {
+                guard let ref = ItemID(hex: item.id)?.persistentRef, let found = stored[ref],
+                      found.service == "secret-service:" + item.collection.name else { continue }
+                (value, contentType) = (found.secret, found.contentType)
+            }
+            let encoded = try session.encode(value)
+            secrets.append(.entry(.objectPath(item.path), .structure([.objectPath(sessionPath), .bytes(encoded.parameters), encoded.value, .string(contentType)])))
+        }
+        return secrets
     }
 
     func storedID(_ collection: CollectionName, _ id: String) throws(BusErrorReply) -> ItemID {

@@ -1,58 +1,58 @@
 import DBus
 import KeychainClient
 
-/// What keychaind's status tells the bridge about changes it did not make itself (`keychain
-/// delete`, add or update by another client, a restore, a lock or unlock): the database's
-/// generation, which every committed write moves, and the lock state. One status call per
-/// check, whatever the size of the keychain; a move says that something changed, never what,
-/// so the bridge signals the collection as a whole and names no item.
+/// Changes made outside the bridge (`keychain delete`, add or update by another client or
+/// through another bridge, a restore, a lock or unlock), as keychaind pushes them on the
+/// bridge's change subscription (op 47): nothing is asked while nothing changes. keychaind
+/// names each item the bridge may know of, marks the bridge's own changes (already signalled
+/// when they were made), and says "unknown" for what it cannot name.
 struct KeychainChangeFeed {
-    /// What moved since the previous observation.
-    struct Moves: Equatable {
-        var items = false
-        var lockState = false
-    }
+    /// The lock state last signalled, so that a lock the bridge signalled itself is not
+    /// signalled again when keychaind's notice of it comes.
+    var signalledLocked: Bool?
 
-    private var generation: Int64?
-    private var locked: Bool?
-
-    /// Takes a status answer. The first one only sets the baseline. A keychaind that does not
-    /// send the generation (one that does not take this program for the bridge) moves nothing.
-    mutating func observe(_ status: AttributeDictionary) -> Moves {
-        var moves = Moves()
-        if case .int(let now)? = status["generation"] {
-            if let generation, generation != now { moves.items = true }
-            generation = now
+    /// The Secret Service signal for one notice of an item: the collection, the member and the
+    /// item's path; nil for an item of no collection a client sees (collection records).
+    static func signal(for notice: ChangeSubscription.Notice) -> (collection: CollectionName, member: String, path: String)? {
+        guard notice.service.hasPrefix("secret-service:"), let id = ItemID(persistentRef: notice.persistentRef),
+              let collection = CollectionName(name: String(notice.service.dropFirst("secret-service:".count))),
+              collection != .session else { return nil }
+        let member = switch notice.kind {
+        case .created: "ItemCreated"
+        case .deleted: "ItemDeleted"
+        default: "ItemChanged"
         }
-        if case .string(let state)? = status["state"] {
-            let now = state != "unlocked"
-            if let locked, locked != now { moves.lockState = true }
-            locked = now
-        }
-        return moves
-    }
-
-    /// The bridge signalled this lock state itself (its own Lock, a completed unlock prompt).
-    mutating func noteLockState(locked: Bool) {
-        self.locked = locked
+        return (collection, member, collection.itemPath(id.hex))
     }
 }
 
 extension SecretServiceBridge {
-    /// Asks keychaind for its status and signals what moved since the last check. Throws
-    /// when keychaind cannot answer (as the keep-alive did: the bridge then exits).
-    func checkForChanges() throws(KeychainError) {
-        let moves = changeFeed.observe(try keychain.status())
-        // What was read before the move may be stale (an item relabelled by `keychain update`).
-        if moves.items || moves.lockState { readCache.removeAll() }
-        if moves.lockState { lockStateChanged() }
-        if moves.items { itemsChangedElsewhere() }
+    /// Reads the notices keychaind sent (the subscription's descriptor was readable) and
+    /// signals them. Throws when keychaind closed the subscription (it stopped).
+    func takeChangeNotices() throws(KeychainError) {
+        repeat {
+            for notice in try changes.read() { signal(notice) }
+        } while changes.hasBuffered
     }
 
-    /// Items of login changed outside the bridge: CollectionChanged on the service, then
-    /// PropertiesChanged with Items invalidated. No ItemCreated or ItemDeleted: the bridge
-    /// cannot tell which items moved without a search, and the signals are broadcast, so a
-    /// path named would reach every app whatever its groups.
+    private func signal(_ notice: ChangeSubscription.Notice) {
+        switch notice.kind {
+        case .lock:
+            if changeFeed.signalledLocked != notice.locked { lockStateChanged(locked: notice.locked) }
+        case .unknown:
+            readCache.removeAll()
+            itemsChangedElsewhere()
+        case .created, .changed, .deleted:
+            guard !notice.own else { return }
+            // What was read before may be stale (an item relabelled by `keychain update`).
+            readCache.removeAll()
+            guard let (collection, member, path) = KeychainChangeFeed.signal(for: notice) else { return }
+            itemsChanged(collection, member, path)
+        }
+    }
+
+    /// Items of login changed that keychaind does not name: CollectionChanged on the service,
+    /// then PropertiesChanged with Items invalidated, so that clients read their lists again.
     func itemsChangedElsewhere() {
         let login = CollectionName.login.path
         do {

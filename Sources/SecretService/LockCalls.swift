@@ -103,12 +103,13 @@ extension SecretServiceBridge {
     }
 
     /// login's Locked changed: PropertiesChanged on it and CollectionChanged on the service.
-    func lockStateChanged() {
+    /// `locked` nil: asked of keychaind.
+    func lockStateChanged(locked known: Bool? = nil) {
         let login = CollectionName.login.path
         readCache.removeAll()
         do {
-            let locked = try keychainState() != "unlocked"
-            changeFeed.noteLockState(locked: locked)
+            let locked = try known ?? (keychainState() != "unlocked")
+            changeFeed.signalledLocked = locked
             try bus.emitSignal(path: login, interface: Self.propertiesInterface, member: "PropertiesChanged",
                                [.string(Self.collectionInterface), .variantDictionary(["Locked": .bool(locked)]), .array(element: "s", [])])
             try bus.emitSignal(path: SecretObjectPath.root, interface: Self.serviceInterface, member: "CollectionChanged", [.objectPath(login)])

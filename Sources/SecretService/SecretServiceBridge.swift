@@ -30,7 +30,8 @@ public final class SecretServiceBridge {
     var loginModified = UInt64(Date().timeIntervalSince1970)
     /// Created collections' Modified: the bridge's last change to each since it started.
     var createdModified: [ItemID: UInt64] = [:]
-    /// Changes made outside the bridge, as keychaind's status shows them.
+    /// keychaind's change notices (op 47), and what the bridge last signalled of the lock state.
+    let changes: ChangeSubscription
     var changeFeed = KeychainChangeFeed()
     /// Item properties, collections and aliases read for each connection (ReadCache.swift).
     var readCache = ReadCache()
@@ -53,10 +54,13 @@ public final class SecretServiceBridge {
     let mailbox: PromptMailbox
 
     /// `promptKeychain` nil: no unlock prompts (Unlock of a locked keychain is IsLocked).
-    public init(bus: BusConnection, keychain: KeychainConnection, protection: String = "ck",
+    /// `changes`: a subscription on `keychain`'s daemon, taken before the process became
+    /// non-dumpable (keychaind reads the subscriber's executable when it connects).
+    public init(bus: BusConnection, keychain: KeychainConnection, changes: ChangeSubscription, protection: String = "ck",
                 promptKeychain: KeychainConnection? = nil, pinentry: String? = nil) throws(KeychainError) {
         self.bus = bus
         self.keychain = keychain
+        self.changes = changes
         self.protection = protection
         self.promptKeychain = promptKeychain
         self.pinentry = pinentry
@@ -65,9 +69,7 @@ public final class SecretServiceBridge {
 
     /// Registers the objects and the bus signals the bridge follows. Call before owning the name.
     public func serve() throws(KeychainError) {
-        // The baseline of changes made elsewhere, before any client can see the name: one
-        // made between owning it and the first check is then signalled too.
-        _ = changeFeed.observe(try keychain.status())
+        changeFeed.signalledLocked = try keychain.status()["state"]?.stringValue != "unlocked"
         try bus.addFallback(SecretObjectPath.root) { [unowned self] in handle($0) }
         try bus.onSignal(sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                          member: "NameOwnerChanged") { [unowned self] signal in
@@ -85,14 +87,20 @@ public final class SecretServiceBridge {
         }
     }
 
-    /// Handles calls until the name is lost (another bridge took it with --replace), asking
-    /// keychaind for its status every `changeCheckSeconds` to signal changes other clients
-    /// made (that call also keeps keychaind's idle timeout from stopping it), and keeping the
-    /// prompts' connection alive every `keepAliveSeconds`. Returns normally on loss; throws
-    /// when the bus or keychaind goes away.
-    public func run(keepAliveSeconds: Double = 240, changeCheckSeconds: Double = 1) throws(KeychainError) {
+    /// A broken subscription or keep-alive: keychaind stopped (the bridge exits, to be started
+    /// again by the bus on the next call).
+    private static func keychaindGone(_ error: KeychainError) -> KeychainError {
+        error.status == .serviceNotAvailable ? KeychainError(.serviceNotAvailable, "keychaind went away: \(error.message)") : error
+    }
+
+    /// Handles calls until the name is lost (another bridge took it with --replace), and
+    /// signals the changes keychaind pushes (KeychainChangeFeed.swift). Keeps its request and
+    /// prompt connections alive with a status call every `keepAliveSeconds`: keychaind closes
+    /// idle connections other than a subscription, and the bridge, non-dumpable by then, could
+    /// not connect again as itself. Returns normally on loss; throws when the bus or keychaind
+    /// goes away.
+    public func run(keepAliveSeconds: Double = 240) throws(KeychainError) {
         var nextKeepAlive = Date().addingTimeInterval(keepAliveSeconds)
-        var nextChangeCheck = Date()
         while true {
             try bus.processPending()
             for outcome in mailbox.take() {
@@ -107,29 +115,33 @@ public final class SecretServiceBridge {
                 sessions.removeAll()
                 throw keychainGone
             }
-            var now = Date()
-            if now >= nextChangeCheck {
-                try checkForChanges()
-                now = Date()
-                nextChangeCheck = now.addingTimeInterval(changeCheckSeconds)
+            do throws(KeychainError) {
+                if Date() >= nextKeepAlive {
+                    _ = try keychain.status()
+                    _ = try promptKeychain?.status()
+                    nextKeepAlive = Date().addingTimeInterval(keepAliveSeconds)
+                }
+            } catch {
+                throw Self.keychaindGone(error)
             }
-            if now >= nextKeepAlive {
-                _ = try promptKeychain?.status()
-                nextKeepAlive = now.addingTimeInterval(keepAliveSeconds)
-            }
-            // Wait for the bus, a prompt's outcome, sd-bus's own timer or the keep-alive.
-            var timeout = min(nextKeepAlive, nextChangeCheck).timeIntervalSince(now)
+            // Wait for the bus, a prompt's outcome, a change notice, the keep-alive or sd-bus's
+            // own timer.
+            var timeout = Int32(min(max(0, nextKeepAlive.timeIntervalSinceNow), 3600) * 1000) + 1
             if let due = bus.nextTimeout {
                 var clock = timespec()
                 clock_gettime(CLOCK_MONOTONIC, &clock)
                 let nowMicroseconds = UInt64(clock.tv_sec) * 1_000_000 + UInt64(clock.tv_nsec / 1000)
-                timeout = min(timeout, due > nowMicroseconds ? Double(due - nowMicroseconds) / 1_000_000 : 0)
+                timeout = min(timeout, due > nowMicroseconds ? Int32(min((due - nowMicroseconds) / 1000 + 1, 3_600_000)) : 0)
             }
             var fds = [pollfd(fd: bus.fileDescriptor, events: bus.pollEvents, revents: 0),
-                       pollfd(fd: mailbox.wakeRead, events: Int16(POLLIN), revents: 0)]
-            let r = poll(&fds, 2, Int32(min(max(0, timeout), 3600) * 1000) + 1)
+                       pollfd(fd: mailbox.wakeRead, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: changes.fileDescriptor, events: Int16(POLLIN), revents: 0)]
+            let r = poll(&fds, 3, timeout)
             guard r >= 0 || errno == EINTR else {
                 throw SystemCallError.current("poll").keychainError("cannot wait for the bus")
+            }
+            if r > 0 && fds[2].revents != 0 {
+                do throws(KeychainError) { try takeChangeNotices() } catch { throw Self.keychaindGone(error) }
             }
         }
     }
@@ -214,11 +226,9 @@ public final class SecretServiceBridge {
     /// bridge: one asCaller(status) for the bridge's own process. Other refusals (this process
     /// matches no app) say nothing about clients and pass.
     public static func checkKeychaindAcceptsBridge(_ keychain: KeychainConnection) throws(KeychainError) {
-        let directory = open("/proc/self", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        defer { if directory >= 0 { close(directory) } }
-        guard directory >= 0, let startTime = BusCallerReader.startTime(in: directory) else { return }
+        guard let me = ownIdentity() else { return }
         do {
-            _ = try keychain.onBehalf(of: CallerIdentity(pid: getpid(), startTime: startTime)).status()
+            _ = try keychain.onBehalf(of: me).status()
         } catch where error.status == .unimplemented {
             throw KeychainError(.unimplemented, "keychaind \(((try? keychain.status())?["version"]?.stringValue) ?? "") is too old for the Secret Service: \(error.message)")
         } catch where isRefusalOfTheBridge(error) {
@@ -226,6 +236,14 @@ public final class SecretServiceBridge {
         } catch {
             return
         }
+    }
+
+    /// This process as op 16 names a caller (nil when /proc/self/stat cannot be read).
+    static func ownIdentity() -> CallerIdentity? {
+        let directory = open("/proc/self", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { if directory >= 0 { close(directory) } }
+        guard directory >= 0, let startTime = BusCallerReader.startTime(in: directory) else { return nil }
+        return CallerIdentity(pid: getpid(), startTime: startTime)
     }
 
     /// The caller behind `sender`, identified once per connection.

@@ -28,7 +28,7 @@ struct SecretServiceCommand: ParsableCommand {
     @Option(name: .customLong("trust-uid"), help: "Also talk to a keychaind running as this uid or user (default: $KEYCHAIN_TRUST_UID).")
     var trustUID: String?
 
-    @Flag(help: "Take org.freedesktop.secrets over from its owner (gnome-keyring allows that).")
+    @Flag(help: "Take org.freedesktop.secrets over from its owner, if it allows replacement (another bridge does, gnome-keyring 42 does not).")
     var replace = false
 
     @Option(help: "Class of new items: ck (readable from the first unlock until logout, like a login keyring; the default) or ak (only while unlocked).")
@@ -46,19 +46,28 @@ struct SecretServiceCommand: ParsableCommand {
     @Flag(help: "Let the session bus start this bridge on demand for this user: writes its D-Bus activation files into $XDG_DATA_HOME/dbus-1/services (searched before gnome-keyring's), then exits.")
     var enable = false
 
-    @Flag(help: "Undo --enable: removes those activation files, then exits.")
+    @Flag(help: "Undo --enable: removes those activation files (and the autostart entry hiding gnome-keyring's), then exits.")
     var disable = false
+
+    @Flag(name: .customLong("import"), help: "Copy every collection and item of the program that owns org.freedesktop.secrets now (gnome-keyring, KWallet, KeePassXC) into keychaind, then print what was imported, skipped and failed; run again, it adds nothing and updates what changed. With --replace, then also --enable and take the name over.")
+    var importItems = false
+
+    @Flag(name: .customLong("dry-run"), help: "With --import: list what would be imported, write nothing.")
+    var dryRun = false
 
     static let nameTakenExitStatus: Int32 = 2
 
     func validate() throws {
         guard protection == "ck" || protection == "ak" else { throw ValidationError("--protection is ck or ak") }
         guard !(enable && disable) else { throw ValidationError("--enable and --disable exclude each other") }
+        guard !dryRun || importItems else { throw ValidationError("--dry-run goes with --import") }
+        guard !(importItems && (enable || disable)) else { throw ValidationError("--import excludes --enable and --disable (--import --replace enables)") }
     }
 
     func run() throws {
         if enable || disable { return changeActivation() }
         ensureBacktracesDisabled()
+        if importItems { return importFromProvider() }
         BridgeLog.verbose.store(verbose, ordering: .relaxed)
         let trust = try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) }
         let keychain = KeychainConnection(socketPath: socket, trust: trust)
@@ -73,8 +82,11 @@ struct SecretServiceCommand: ParsableCommand {
         } catch {
             fail("keychaind at \(keychain.socketPath) refused the bridge's status call: \(error.message)")
         }
+        let changes: ChangeSubscription
         do {
             try SecretServiceBridge.checkKeychaindAcceptsBridge(keychain)
+            // keychaind reads the subscriber's executable as it connects: before turning dumpable off.
+            changes = try keychain.subscribeToChanges()
         } catch {
             fail(error.message)
         }
@@ -82,7 +94,7 @@ struct SecretServiceCommand: ParsableCommand {
         signal(SIGPIPE, SIG_IGN)
         do {
             let bus = try BusConnection(.user)
-            let bridge = try SecretServiceBridge(bus: bus, keychain: keychain, protection: protection,
+            let bridge = try SecretServiceBridge(bus: bus, keychain: keychain, changes: changes, protection: protection,
                                                  promptKeychain: promptKeychain, pinentry: pinentry)
             try bridge.serve()
             if !noPortal { try bridge.servePortal() }
@@ -142,6 +154,43 @@ struct SecretServiceCommand: ParsableCommand {
         } catch {
             fail(error.message)
         }
+    }
+
+    /// --import: the provider's items into keychaind, the summary printed; with --replace and
+    /// nothing failed, the bridge enabled and started in this process's place to take the name.
+    private func importFromProvider() {
+        let trust: ServerTrust?
+        do {
+            trust = try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) }
+        } catch {
+            fail(error.message)
+        }
+        let keychain = KeychainConnection(socketPath: socket, trust: trust)
+        let summary: ImportSummary
+        do {
+            try SecretServiceBridge.checkKeychaindAcceptsBridge(keychain)
+            summary = try SecretServiceImport(keychain: keychain, protection: protection, dryRun: dryRun).run(bus: try BusConnection(.user))
+        } catch {
+            fail(error.message)
+        }
+        print(summary.report)
+        guard summary.failed.isEmpty else {
+            if replace { print("not taking \(SecretServiceBridge.busName) over: fix what failed and run --import --replace again (what was imported stays)") }
+            Foundation.exit(1)
+        }
+        guard replace, !dryRun else { return }
+        changeActivation()
+        fflush(nil)  // the output so far, before exec replaces this process
+        // This process becomes the bridge, taking the name from the provider it read.
+        var arguments = [CommandLine.arguments[0], "--replace", "--protection", protection]
+        if let socket { arguments += ["--socket", socket] }
+        if let trustUID { arguments += ["--trust-uid", trustUID] }
+        if let pinentry { arguments += ["--pinentry", pinentry] }
+        if noPortal { arguments.append("--no-portal") }
+        if verbose { arguments.append("--verbose") }
+        let argv = arguments.map { strdup($0) } + [nil]
+        execv("/proc/self/exe", argv)
+        fail("cannot start the bridge: \(String(cString: strerror(errno)))")
     }
 
     /// Tells the running session bus to read the activation files now, and says whether it did.

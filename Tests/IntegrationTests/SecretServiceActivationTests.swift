@@ -55,6 +55,30 @@ struct SecretServiceActivationTests {
         #expect(try bridgeCommand(["--disable"], dataHome: dataHome).text.contains("nothing to remove"))
     }
 
+    @Test func enableHidesGnomeKeyringsSecretsAutostartForThisUserAndDisableShowsItAgain() throws {
+        let daemon = try RunningDaemon(start: false)
+        let dataHome = daemon.root + "/data"
+        let hidden = dataHome + "/.config/autostart/gnome-keyring-secrets.desktop"
+        let enabled = try bridgeCommand(["--enable", "--socket", daemon.socketPath], dataHome: dataHome)
+        #expect(enabled.text.contains("wrote \(hidden)"), "\(enabled.text)")
+        #expect(try String(contentsOfFile: hidden, encoding: .utf8).contains("\nHidden=true\n"))
+        let disabled = try bridgeCommand(["--disable"], dataHome: dataHome)
+        #expect(disabled.text.contains("removed \(hidden)"))
+        #expect(!FileManager.default.fileExists(atPath: hidden))
+    }
+
+    @Test func anAutostartEntryTheUserWroteIsNeitherReplacedNorRemoved() throws {
+        let daemon = try RunningDaemon(start: false)
+        let dataHome = daemon.root + "/data"
+        let autostart = dataHome + "/.config/autostart"
+        try FileManager.default.createDirectory(atPath: autostart, withIntermediateDirectories: true)
+        let own = "[Desktop Entry]\nType=Application\nName=Mine\nExec=/usr/bin/gnome-keyring-daemon --start --components=secrets\n"
+        try own.write(toFile: autostart + "/gnome-keyring-secrets.desktop", atomically: true, encoding: .utf8)
+        #expect(try bridgeCommand(["--enable", "--socket", daemon.socketPath], dataHome: dataHome).status == 0)
+        #expect(try bridgeCommand(["--disable"], dataHome: dataHome).status == 0)
+        #expect(try String(contentsOfFile: autostart + "/gnome-keyring-secrets.desktop", encoding: .utf8) == own)
+    }
+
     @Test func enableWritesTheTrustedUIDIntoTheExecLineAsANumber() throws {
         let daemon = try RunningDaemon(start: false)
         let dataHome = daemon.root + "/data"

@@ -4,8 +4,8 @@ import KeychainModel
 import Testing
 
 /// Changes made to Secret Service items outside the bridge (another keychain client, a
-/// lock) reach D-Bus clients as signals on the login collection, which the bridge learns of
-/// from keychaind's status (docs/secret-service.md, "Changes made outside the bridge").
+/// lock) reach D-Bus clients as signals on the login collection, which keychaind pushes to the
+/// bridge (op 47; docs/secret-service.md, "Changes made outside the bridge").
 @Suite("Secret Service: changes made outside the bridge")
 struct SecretServiceChangeFeedTests {
     static let login = "/org/freedesktop/secrets/collection/login"
@@ -44,16 +44,42 @@ struct SecretServiceChangeFeedTests {
         return setup
     }
 
-    @Test func aKeychainDeleteOfASecretToolItemIsSignalledOnTheLoginCollection() throws {
+    @Test func aKeychainDeleteOfASecretToolItemIsSignalledAsItemDeleted() throws {
         let setup = try Self.setupWithOneItem()
         let seen = try Self.signals(setup, count: 2, seconds: 10) { () throws in
             let deleted = try setup.daemon.cli(["delete", "--service", "secret-service:login"])
             #expect(deleted.status == 0)
         }
-        #expect(seen.lines == [Self.collectionChanged, Self.itemsInvalidated])
+        #expect(seen.lines.count == 2 && seen.lines[0].hasPrefix("org.freedesktop.Secret.Collection.ItemDeleted \(Self.login) \(Self.login)/"), "\(seen.lines)")
+        #expect(seen.lines.last == Self.itemsInvalidated)
         let lookup = try runExecutable("/usr/bin/secret-tool", ["lookup", "service", "mail", "user", "alice"],
                                        environment: setup.environment, input: [])
         #expect(lookup.status != 0)
+    }
+
+    @Test func anItemAddedThroughTheSocketIsSignalledAsItemCreatedWithItsPath() throws {
+        let setup = try SecretServiceSetup()
+        let seen = try Self.signals(setup, count: 2, seconds: 10) { () throws in
+            let added = try setup.daemon.cli(["add", "--service", "secret-service:login", "--account", "cli", "--label", "From the CLI"],
+                                             input: bytes("added-on-the-socket"))
+            #expect(added.status == 0, "\(added.stderr)")
+        }
+        #expect(seen.lines.count == 2 && seen.lines[0].hasPrefix("org.freedesktop.Secret.Collection.ItemCreated \(Self.login) \(Self.login)/"), "\(seen.lines)")
+        #expect(seen.lines.last == Self.itemsInvalidated)
+        // The path signalled is the item's: its label reads as stored.
+        let path = String(seen.lines[0].split(separator: " ").last ?? "")
+        let label = try setup.pythonJSON("items.py", ["label", path])
+        #expect(label["label"] as? String == "From the CLI", "\(label)")
+    }
+
+    @Test func theBridgesOwnCreateIsSignalledOnceNotAgainFromKeychaind() throws {
+        let setup = try SecretServiceSetup()
+        let seen = try Self.signals(setup, count: 3, seconds: 3) { () throws in
+            let stored = try runExecutable("/usr/bin/secret-tool", ["store", "--label", "Mail", "service", "mail"],
+                                           environment: setup.environment, input: bytes("hunter2"))
+            #expect(stored.status == 0)
+        }
+        #expect(seen.lines.count == 2 && seen.lines[0].hasPrefix("org.freedesktop.Secret.Collection.ItemCreated"), "\(seen.lines)")
     }
 
     @Test func nothingIsSignalledWhileNothingChanges() throws {

@@ -9,6 +9,7 @@
 #   probe PATH NAME                 -> what this process sees: {"search": [paths of owner=NAME],
 #                                      "secret": "ok" or the D-Bus error of GetSecret on PATH}
 #   signals                         -> creates, relabels and deletes an item in login: {"path": p}
+#   label PATH                      -> {"label": the Label of the item at PATH}
 import itertools
 import json
 import sys
@@ -132,6 +133,10 @@ def signals():
     return {"path": item.item_path}
 
 
+def label(path):
+    return {"label": Item(secretstorage.dbus_init(), path).get_label()}
+
+
 command = sys.argv[1]
 if command == "lifecycle":
     result = lifecycle(sys.argv[2], sys.argv[3])
@@ -141,4 +146,6 @@ elif command == "probe":
     result = probe(sys.argv[2], sys.argv[3])
 elif command == "signals":
     result = signals()
+elif command == "label":
+    result = label(sys.argv[2])
 print(json.dumps(result))
