@@ -100,7 +100,7 @@ let package = Package(
         .target(
             name: "KeychainServer",
             dependencies: [
-                "KeychainStore", "KeychainProtocol", "KeychainCrypto", "KeychainSync", "CSystemShim", "TOML", "DBus",
+                "KeychainStore", "KeychainProtocol", "KeychainCrypto", "KeychainSync", "CSystemShim", "TOML", "DBus", "PersonPrompt",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -130,8 +130,11 @@ let package = Package(
         // SSHAgent: the agent-signature figures speak the agent protocol to both agents.
         .executableTarget(name: "keychain-bench", dependencies: ["KeychainClient", "KeychainProtocol", "SSHAgent"]),
         .target(name: "GitCredential", dependencies: ["KeychainClient"]),
+        // A person asked through pinentry (Assuan): the bridge's unlock dialog and keychaind's
+        // prompts for items that ask first (issue 29).
+        .target(name: "PersonPrompt", dependencies: ["KeychainModel"]),
         // The Secret Service on the session bus, served from keychaind (docs/secret-service.md).
-        .target(name: "SecretService", dependencies: ["KeychainClient", "DBus", "CLibcrypto", "CSystemShim"]),
+        .target(name: "SecretService", dependencies: ["KeychainClient", "DBus", "PersonPrompt", "CLibcrypto", "CSystemShim"]),
         .executableTarget(
             name: "keychain-secret-service",
             dependencies: ["SecretService", "CSystemShim", .product(name: "ArgumentParser", package: "swift-argument-parser")]

@@ -43,6 +43,8 @@ public struct DaemonConfig: Sendable, Equatable {
     public var syncDatabase: String?
     /// `credential_socket`: the socket systemd's LoadCredential= reads items from; nil: none.
     public var credentialSocketPath: String?
+    /// `[prompt]`: where the person is asked for items that ask first.
+    public var prompt = PromptSettings()
 
     public init() {}
 
@@ -134,9 +136,13 @@ public struct DaemonConfig: Sendable, Equatable {
                     }
                     config.syncDatabase = conninfo
                 }
+            case ("prompt", .table(let settings)):
+                for setting in settings.entries {
+                    try config.prompt.apply(setting.key, setting.value, line: setting.keyPosition.line)
+                }
             case (_, .table):
                 throw ParseError(line: entry.value.position.line,
-                                 message: "unknown section [\(entry.key)]; the sections are [[app]] and [sync]")
+                                 message: "unknown section [\(entry.key)]; the sections are [[app]], [sync] and [prompt]")
             default:
                 try config.apply(entry.key, entry.value, line: n)
             }

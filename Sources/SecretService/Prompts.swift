@@ -4,6 +4,7 @@ import Glibc
 import DBus
 import Foundation
 import KeychainClient
+import PersonPrompt
 import Synchronization
 
 /// An Unlock prompt (spec §8): made by Unlock, run once by its owner's Prompt(window-id),
@@ -109,13 +110,5 @@ struct UnlockDialog: Sendable {
     }
 
     /// The pinentry to use: `configured` if given, else `pinentry` on PATH; nil if none.
-    static func findPinentry(_ configured: String?) -> String? {
-        if let configured { return access(configured, X_OK) == 0 ? configured : nil }
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        for directory in path.split(separator: ":") where directory.hasPrefix("/") {
-            let candidate = String(directory) + "/pinentry"
-            if access(candidate, X_OK) == 0 { return candidate }
-        }
-        return nil
-    }
+    static func findPinentry(_ configured: String?) -> String? { PinentryProgram.find(configured) }
 }

@@ -6,8 +6,9 @@ import KeychainModel
 
 /// One conversation with a pinentry program over the Assuan protocol (what GnuPG uses): the
 /// program shows a dialog and answers GETPIN with the passcode. The passcode is read into
-/// wiped memory only; it never reaches argv, the environment or a log.
-final class PinentryConversation {
+/// wiped memory only; it never reaches argv, the environment or a log. Both the Secret Service
+/// bridge's unlock dialog and keychaind's own prompts (items that ask first) speak through it.
+public final class PinentryConversation {
     private let process = Process()
     private let toPinentry: Int32
     private let fromPinentry: Int32
@@ -17,7 +18,9 @@ final class PinentryConversation {
     /// Assuan's error code for "Operation cancelled" (GPG_ERR_CANCELED in the pinentry source).
     static let cancelled = "83886179"
 
-    init(program: String) throws(KeychainError) {
+    /// `environment`: the program's whole environment; nil inherits ours. keychaind passes
+    /// only what its configuration names, so no caller chooses where the dialog appears.
+    public init(program: String, environment: [String: String]? = nil) throws(KeychainError) {
         var input: [Int32] = [0, 0], output: [Int32] = [0, 0]
         guard pipe(&input) == 0, pipe(&output) == 0 else {
             throw SystemCallError.current("pipe").keychainError("cannot start pinentry")
@@ -26,6 +29,7 @@ final class PinentryConversation {
         process.standardInput = FileHandle(fileDescriptor: input[0], closeOnDealloc: true)
         process.standardOutput = FileHandle(fileDescriptor: output[1], closeOnDealloc: true)
         process.standardError = FileHandle.nullDevice
+        if let environment { process.environment = environment }
         do {
             try process.run()
         } catch {
@@ -49,13 +53,13 @@ final class PinentryConversation {
     }
 
     /// Sends a command and waits for its OK (throws on ERR or a closed pipe).
-    func command(_ line: String) throws(KeychainError) {
+    public func command(_ line: String) throws(KeychainError) {
         try send(line)
         _ = try expectOK()
     }
 
     /// GETPIN: the passcode, or nil when the person cancelled.
-    func getPin() throws(KeychainError) -> SecretBytes? {
+    public func getPin() throws(KeychainError) -> SecretBytes? {
         try send("GETPIN")
         var pin: SecretBytes = .empty
         while true {
@@ -73,10 +77,10 @@ final class PinentryConversation {
         }
     }
 
-    func bye() { try? send("BYE") }
+    public func bye() { try? send("BYE") }
 
     /// Assuan escapes %, CR and LF (and we escape every control character) in command arguments.
-    static func percentEncoded(_ text: String) -> String {
+    public static func percentEncoded(_ text: String) -> String {
         var out = ""
         for byte in text.utf8 {
             if byte == UInt8(ascii: "%") || byte < 0x20 { out += String(format: "%%%02X", byte) } else { out.unicodeScalars.append(UnicodeScalar(byte)) }
@@ -154,5 +158,20 @@ final class PinentryConversation {
 
     private func wipe(_ bytes: inout [UInt8]) {
         bytes.withUnsafeMutableBytes { if let base = $0.baseAddress { explicit_bzero(base, $0.count) } }
+    }
+}
+
+/// Which pinentry program to run.
+public enum PinentryProgram {
+    /// `configured` if given (nil when it is not executable), else `pinentry` on `searchPath`
+    /// (our PATH when nil); nil if none.
+    public static func find(_ configured: String?, searchPath: String? = nil) -> String? {
+        if let configured { return access(configured, X_OK) == 0 ? configured : nil }
+        let path = searchPath ?? ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for directory in path.split(separator: ":") where directory.hasPrefix("/") {
+            let candidate = String(directory) + "/pinentry"
+            if access(candidate, X_OK) == 0 { return candidate }
+        }
+        return nil
     }
 }
