@@ -116,7 +116,7 @@ public struct ItemQuery: Sendable, Equatable {
             try apply(key: key, value: value, operation: operation)
         }
         if let control = accessControl, operation == .add {
-            attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"]).rawValue)
+            attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"], synchronizable: attributes["sync"] == .int(1)).rawValue)
         }
         if operation == .add { try Self.checkSynchronizable(attributes) }
         if persistentRef != nil, operation == .copyMatching, !attributes.isEmpty {
@@ -306,18 +306,37 @@ public struct ItemChanges: Sendable, Equatable {
             attributes[key] = try ItemQuery.coerce(value, spec: spec)
         }
         if let control = accessControl {
-            attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"]).rawValue)
+            attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"], synchronizable: attributes["sync"] == .int(1)).rawValue)
         }
     }
 }
 
 /// kSecAttrAccessControl: a protection class plus optional constraints (Apple's
 /// SecAccessControlCreateFlags). On the wire a string: the pdmn code, optionally followed by
-/// `;` and the flags as a decimal number ("ak", "ak;1"). Constraints need an authentication UI
-/// (biometry, device passcode prompts), which keychaind does not have: they are refused.
+/// `;` and the flags as a decimal number ("ak", "ak;1"). The flags are checked with Apple's
+/// rules (docs/semantics.md, "Access control"); asking the person is not built yet, so an
+/// item whose flags Apple accepts is still refused with errSecUnimplemented.
 public struct AccessControl: Sendable, Equatable {
     public let protection: Protection
     public let flags: UInt32
+
+    /// Apple's flag values (SecAccessControlCreateFlags).
+    public enum Flag {
+        public static let userPresence: UInt32 = 1 << 0
+        public static let biometryAny: UInt32 = 1 << 1
+        public static let biometryCurrentSet: UInt32 = 1 << 3
+        public static let devicePasscode: UInt32 = 1 << 4
+        public static let companion: UInt32 = 1 << 5
+        public static let or: UInt32 = 1 << 14
+        public static let and: UInt32 = 1 << 15
+        public static let privateKeyUsage: UInt32 = 1 << 30
+        public static let applicationPassword: UInt32 = 1 << 31
+
+        public static let all: UInt32 = userPresence | biometryAny | biometryCurrentSet | devicePasscode | companion
+            | or | and | privateKeyUsage | applicationPassword
+        /// What needs a device this machine does not have (a fingerprint reader, a paired watch).
+        public static let needsAbsentDevice: UInt32 = biometryAny | biometryCurrentSet | companion
+    }
 
     init(_ value: AttributeValue) throws(KeychainError) {
         guard case .string(let text) = value else {
@@ -336,16 +355,42 @@ public struct AccessControl: Sendable, Equatable {
         flags = parsed
     }
 
+    /// Apple's combination rules, in SecAccessControlCreateWithFlags's order: a flag Apple
+    /// does not define, userPresence beside anything but applicationPassword and
+    /// privateKeyUsage, and Or with And are errSecParam (-50). Biometry and the companion
+    /// (watch) flags name devices that do not exist here: errSecNotAvailable (-25291), one
+    /// code for all three.
+    public func checkFlags() throws(KeychainError) {
+        guard flags & ~Flag.all == 0 else {
+            throw .param("accc flags \(flags) include bits that are no SecAccessControlCreateFlags (unknown: \(flags & ~Flag.all))")
+        }
+        if flags & Flag.userPresence != 0,
+           flags & ~(Flag.userPresence | Flag.applicationPassword | Flag.privateKeyUsage) != 0 {
+            throw .param("userPresence (1) combines only with applicationPassword and privateKeyUsage")
+        }
+        guard flags & Flag.or == 0 || flags & Flag.and == 0 else {
+            throw .param("accc flags may hold Or (16384) or And (32768), not both")
+        }
+        guard flags & Flag.needsAbsentDevice == 0 else {
+            throw KeychainError(.notAvailable, "biometry and companion-device (watch) constraints need a device this machine does not have; use userPresence or devicePasscode")
+        }
+    }
+
     /// The pdmn an item gets. pdmn and accc together must agree (same protection, no
-    /// constraints), as in securityd; constraints alone are unimplemented.
-    func reconcile(with pdmn: AttributeValue?) throws(KeychainError) -> Protection {
+    /// constraints), as in securityd; a synchronizable item has no constraints (Apple's
+    /// errSecParam). Constraints Apple accepts are refused as unimplemented until asking is built.
+    func reconcile(with pdmn: AttributeValue?, synchronizable: Bool = false) throws(KeychainError) -> Protection {
+        try checkFlags()
         if let pdmn {
             guard flags == 0, pdmn == .string(protection.rawValue) else {
                 throw .param("conflicting kSecAttrAccessible (pdmn) and kSecAttrAccessControl (accc)")
             }
         }
+        guard flags == 0 || !synchronizable else {
+            throw .param("a synchronizable item (sync = 1) cannot have access-control constraints")
+        }
         guard flags == 0 else {
-            throw KeychainError(.unimplemented, "access-control constraints need an authentication UI, which keychaind does not have; use accc without flags or pdmn")
+            throw KeychainError(.unimplemented, "access-control constraints need keychaind's prompt, which is not built yet; use accc without flags or pdmn")
         }
         return protection
     }

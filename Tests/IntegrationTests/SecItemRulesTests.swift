@@ -58,11 +58,11 @@ struct SecItemRulesTests {
         #expect(attrs["labl"] == .string("L"))
     }
 
-    @Test func aSynchronizableThisDeviceOnlyItemIsParamAndFlagsAreUnimplemented() throws {
+    @Test func aSynchronizableThisDeviceOnlyItemOrOneWithFlagsIsParam() throws {
         let d = try RunningDaemon()
         let c = KeychainConnection(socketPath: d.socketPath)
         expectStatus(.param) { _ = try c.add(Self.item.merging(["sync": .bool(true), "pdmn": .string("aku")]) { $1 }) }
-        expectStatus(.unimplemented) { _ = try c.add(Self.item.merging(["sync": .bool(true), "accc": .string("ak;1")]) { $1 }) }
+        expectStatus(.param) { _ = try c.add(Self.item.merging(["sync": .bool(true), "accc": .string("ak;1")]) { $1 }) }
         try c.add(Self.item.merging(["pdmn": .string("cku")]) { $1 })
         expectStatus(.param) { try c.update(Self.item, ["sync": .bool(true)]) }
     }

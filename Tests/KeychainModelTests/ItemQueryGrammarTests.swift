@@ -300,11 +300,10 @@ import KeychainModel
         _ = try ItemQuery(["class": .string("genp"), "sync": .bool(true), "pdmn": .string("aku")], for: .copyMatching)
     }
 
-    /// Flags are refused as unimplemented whatever sync says (the code of any unsupported
-    /// access control), not with the errSecParam of Apple's synchronizable-with-constraints rule.
-    @Test(arguments: ["ak;1", "aku;1"])
-    func synchronizableWithAccessControlFlagsIsUnimplemented(accc: String) {
-        #expect(queryStatus(["class": .string("genp"), "sync": .bool(true), "accc": .string(accc)], for: .add) == .unimplemented)
+    /// Apple's rule: a synchronizable item has no access-control constraints.
+    @Test(arguments: ["ak;1", "aku;1", "ak;16", "ak;2147483648"])
+    func synchronizableWithAccessControlFlagsIsParam(accc: String) {
+        #expect(queryStatus(["class": .string("genp"), "sync": .bool(true), "accc": .string(accc)], for: .add) == .param)
     }
 
     @Test func syncAnyInAddIsParam() {

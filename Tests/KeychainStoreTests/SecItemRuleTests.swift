@@ -191,9 +191,9 @@ import Testing
         #expect(try t.count(["class": .string("genp"), "svce": .string("s")]) == 2)
     }
 
-    @Test func synchronizableWithAccessControlFlagsIsUnimplementedOnAddAndUpdate() throws {
+    @Test func synchronizableWithAccessControlFlagsIsParamOnAddAndUpdate() throws {
         let t = try TemporaryStore()
-        expectStatus(.unimplemented) { try t.add(genp("s", "a", ["sync": .bool(true), "accc": .string("ak;1")])) }
+        expectStatus(.param) { try t.add(genp("s", "a", ["sync": .bool(true), "accc": .string("ak;1")])) }
         try t.add(genp("s", "a", ["sync": .bool(true)]))
         expectStatus(.unimplemented) {
             try t.store.items.update(genp("s", "a", ["sync": .bool(true)]), changes: ["accc": .string("ak;1")], scope: TemporaryStore.app)
