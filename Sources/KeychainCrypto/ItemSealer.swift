@@ -5,25 +5,47 @@ import KeychainModel
 /// access group, persistent id and lookup columns), so a ciphertext moved to another row, or a
 /// row whose pdmn, access group or key columns were edited, fails to open.
 ///
-///     blob = 0x01 || seal(IK, classKey, aad) || seal(plaintext, IK, aad)
-///     aad  = "keychaind/v1/item" || 0x01 || identity
+///     blob = header || seal(IK, classKey, aad) || seal(plaintext, IK, aad)
+///     aad  = "keychaind/v1/item" || header || identity
+///
+/// The header is 0x01 for an item without access-control constraints, and 0x02 followed by
+/// the constraint flags (big-endian u32) for one with them (issue 29): the flags are read
+/// without opening the blob, and both layers authenticate them, so an edit that drops or
+/// changes them (back to a 0x01 header, say) leaves a blob that opens for nobody.
 public enum ItemSealer {
     static let formatVersion: UInt8 = 1
+    static let constrainedFormatVersion: UInt8 = 2
     static let wrappedKeyBytes = AEAD.nonceBytes + SecureKey.byteCount + AEAD.tagBytes
 
-    public static func seal(_ plaintext: some ContiguousByteBuffer, identity: [UInt8], classKey: SecureKey) -> [UInt8] {
+    public static func seal(_ plaintext: some ContiguousByteBuffer, identity: [UInt8], classKey: SecureKey,
+                            accessFlags: UInt32 = 0) -> [UInt8] {
         var itemKey = Sodium.randomBytes(SecureKey.byteCount)
         defer { Sodium.wipe(&itemKey) }
         return seal(plaintext, identity: identity, classKey: classKey, itemKey: itemKey,
-                    keyNonce: Sodium.randomBytes(AEAD.nonceBytes), dataNonce: Sodium.randomBytes(AEAD.nonceBytes))
+                    keyNonce: Sodium.randomBytes(AEAD.nonceBytes), dataNonce: Sodium.randomBytes(AEAD.nonceBytes),
+                    accessFlags: accessFlags)
+    }
+
+    /// The constraint flags a blob's header names (0 for a 0x01 header). Unauthenticated
+    /// until `open` succeeds on the same blob.
+    public static func accessFlags(of blob: [UInt8]) -> UInt32 {
+        guard blob.count >= 5, blob[0] == constrainedFormatVersion else { return 0 }
+        return UInt32(blob[1]) << 24 | UInt32(blob[2]) << 16 | UInt32(blob[3]) << 8 | UInt32(blob[4])
+    }
+
+    static func header(accessFlags: UInt32) -> [UInt8] {
+        guard accessFlags != 0 else { return [formatVersion] }
+        return [constrainedFormatVersion, UInt8(accessFlags >> 24), UInt8(truncatingIfNeeded: accessFlags >> 16),
+                UInt8(truncatingIfNeeded: accessFlags >> 8), UInt8(truncatingIfNeeded: accessFlags)]
     }
 
     /// The blob for a given item key and nonces: how golden-vector tests (@testable) pin the
     /// format byte for byte. The product always seals with random ones, above.
     static func seal(_ plaintext: some ContiguousByteBuffer, identity: [UInt8], classKey: SecureKey,
-                     itemKey: [UInt8], keyNonce: [UInt8], dataNonce: [UInt8]) -> [UInt8] {
-        let aad = associatedData(identity)
-        var blob: [UInt8] = [formatVersion]
+                     itemKey: [UInt8], keyNonce: [UInt8], dataNonce: [UInt8], accessFlags: UInt32 = 0) -> [UInt8] {
+        let header = header(accessFlags: accessFlags)
+        let aad = associatedData(header: header, identity)
+        var blob: [UInt8] = header
         blob += AEAD.seal(itemKey, associatedData: aad, key: classKey, nonce: keyNonce)
         blob += AEAD.seal(plaintext, associatedData: aad, rawKey: itemKey, nonce: dataNonce)
         return blob
@@ -31,24 +53,32 @@ public enum ItemSealer {
 
     /// The plaintext (in wiped memory), or errSecDecode.
     public static func open(_ blob: [UInt8], identity: [UInt8], classKey: SecureKey) throws(KeychainError) -> SecretBytes {
-        guard blob.count >= 1 + wrappedKeyBytes + AEAD.nonceBytes + AEAD.tagBytes else {
+        guard let format = blob.first, format == formatVersion || format == constrainedFormatVersion else {
+            throw KeychainError(.decode, "item blob format \(blob.first.map { "\($0)" } ?? "(empty)") is unknown")
+        }
+        let headerBytes = format == formatVersion ? 1 : 5
+        guard blob.count >= headerBytes + wrappedKeyBytes + AEAD.nonceBytes + AEAD.tagBytes else {
             throw KeychainError(.decode, "item blob is too short")
         }
-        guard blob[0] == formatVersion else {
-            throw KeychainError(.decode, "item blob format \(blob[0]) is unknown")
-        }
-        let aad = associatedData(identity)
-        guard let itemKey = AEAD.open(Array(blob[1..<(1 + wrappedKeyBytes)]), associatedData: aad, key: classKey) else {
+        let header = Array(blob[0..<headerBytes])
+        // A 0x02 header without constraints is never written.
+        guard format == formatVersion || accessFlags(of: blob) != 0 else { throw KeychainError(.decode, "item blob has an empty constraint") }
+        let aad = associatedData(header: header, identity)
+        guard let itemKey = AEAD.open(Array(blob[headerBytes..<(headerBytes + wrappedKeyBytes)]), associatedData: aad, key: classKey) else {
             throw KeychainError(.decode, "item key does not unwrap: the row was altered or moved")
         }
-        guard let plaintext = AEAD.open(Array(blob[(1 + wrappedKeyBytes)...]), associatedData: aad, rawKey: itemKey) else {
+        guard let plaintext = AEAD.open(Array(blob[(headerBytes + wrappedKeyBytes)...]), associatedData: aad, rawKey: itemKey) else {
             throw KeychainError(.decode, "item ciphertext does not verify: the row was altered")
         }
         return plaintext
     }
 
     static func associatedData(_ identity: [UInt8]) -> [UInt8] {
-        Array("keychaind/v1/item".utf8) + [formatVersion] + identity
+        associatedData(header: [formatVersion], identity)
+    }
+
+    static func associatedData(header: [UInt8], _ identity: [UInt8]) -> [UInt8] {
+        Array("keychaind/v1/item".utf8) + header + identity
     }
 }
 

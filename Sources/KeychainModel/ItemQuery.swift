@@ -67,6 +67,10 @@ public struct ItemQuery: Sendable, Equatable {
     public var persistentRef: PersistentRef?
     /// kSecAttrAccessControl, when given.
     public var accessControl: AccessControl?
+    /// kSecUseAuthenticationUI (`u_AuthUI`, or `u_NoAuthUI` true for Fail).
+    public var authenticationUI = AuthenticationUI.allow
+    /// kSecUseOperationPrompt: the caller's reason, shown (escaped) in keychaind's prompt.
+    public var operationPrompt: String?
 
     public var returnsAnything: Bool { returnData || returnAttributes || returnRef || returnPersistentRef }
 
@@ -117,6 +121,11 @@ public struct ItemQuery: Sendable, Equatable {
         }
         if let control = accessControl, operation == .add {
             attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"], synchronizable: attributes["sync"] == .int(1)).rawValue)
+            if control.flags != 0 {
+                try control.checkBuilt(for: itemClass)
+                // Sealed with the item (ItemCodec): the blob's header and its attributes.
+                attributes["accc"] = .string(control.stored)
+            }
         }
         if operation == .add { try Self.checkSynchronizable(attributes) }
         if persistentRef != nil, operation == .copyMatching, !attributes.isEmpty {
@@ -169,13 +178,23 @@ public struct ItemQuery: Sendable, Equatable {
             throw .param("v_Ref (object references) is not supported over a socket; pass attributes and v_Data")
         case "u_AuthUI":
             // Skip (leave out items that need authentication) is a search option: Apple's
-            // client refuses it for every other call. Allow and Fail, like the keys below,
-            // concern a UI keychaind never shows: accepted on every call, without effect.
-            if value == .string("u_AuthUIS") && operation != .copyMatching {
-                throw .param("u_AuthUI = u_AuthUIS (skip items that need authentication) is only for copyMatching, not \(operation.rawValue)")
+            // client refuses it for every other call.
+            switch value {
+            case .string("u_AuthUIS"):
+                guard operation == .copyMatching else {
+                    throw .param("u_AuthUI = u_AuthUIS (skip items that need authentication) is only for copyMatching, not \(operation.rawValue)")
+                }
+                authenticationUI = .skip
+            case .string("u_AuthUIF"): authenticationUI = .fail
+            default: break  // Allow, the default
             }
-        case "u_OpPrompt", "u_NoAuthUI", "u_CallerName":
-            // Apple's client takes these out of every call before it reaches securityd.
+        case "u_NoAuthUI":
+            if value == .bool(true) || value == .int(1) { authenticationUI = .fail }
+        case "u_OpPrompt":
+            guard case .string(let reason) = value else { throw .param("u_OpPrompt must be a string") }
+            operationPrompt = reason
+        case "u_CallerName":
+            // Apple's client takes it out of every call before it reaches securityd.
             break
         default:
             if key.hasPrefix("m_") {
@@ -307,15 +326,28 @@ public struct ItemChanges: Sendable, Equatable {
         }
         if let control = accessControl {
             attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"], synchronizable: attributes["sync"] == .int(1)).rawValue)
+            guard control.flags == 0 else {
+                throw KeychainError(.unimplemented, "changing an item's access-control constraints is not built yet: delete the item and add it again with them")
+            }
         }
     }
+}
+
+/// kSecUseAuthenticationUI: what a call does when an item would need the person.
+public enum AuthenticationUI: Sendable, Equatable {
+    /// Ask (the default).
+    case allow
+    /// errSecInteractionNotAllowed instead of asking.
+    case fail
+    /// Leave such items out of a copyMatching's answer.
+    case skip
 }
 
 /// kSecAttrAccessControl: a protection class plus optional constraints (Apple's
 /// SecAccessControlCreateFlags). On the wire a string: the pdmn code, optionally followed by
 /// `;` and the flags as a decimal number ("ak", "ak;1"). The flags are checked with Apple's
-/// rules (docs/semantics.md, "Access control"); asking the person is not built yet, so an
-/// item whose flags Apple accepts is still refused with errSecUnimplemented.
+/// rules (docs/semantics.md); an item with userPresence or devicePasscode asks the person
+/// before its secret is read (docs/security.md, "Items that ask first").
 public struct AccessControl: Sendable, Equatable {
     public let protection: Protection
     public let flags: UInt32
@@ -338,7 +370,31 @@ public struct AccessControl: Sendable, Equatable {
         public static let needsAbsentDevice: UInt32 = biometryAny | biometryCurrentSet | companion
     }
 
-    init(_ value: AttributeValue) throws(KeychainError) {
+    /// The flags an item's sealed attributes hold (its `accc`); 0 without one.
+    public static func storedFlags(_ attributes: AttributeDictionary) -> UInt32 {
+        guard let value = attributes["accc"], let control = try? AccessControl(value) else { return 0 }
+        return control.flags
+    }
+
+    /// Whether reading the secret needs the person: userPresence or devicePasscode (both
+    /// mean the keychain passcode typed at keychaind's prompt; there is no other way here).
+    public static func asksPerson(_ flags: UInt32) -> Bool { flags & (Flag.userPresence | Flag.devicePasscode) != 0 }
+
+    /// The form kept in the item's attributes and returned in its results.
+    public var stored: String { "\(protection.rawValue);\(flags)" }
+
+    /// What is not built yet of what Apple accepts: constraints on keys and certificates
+    /// (their use through the key calls), and the application password.
+    func checkBuilt(for itemClass: ItemClass) throws(KeychainError) {
+        guard itemClass == .genericPassword || itemClass == .internetPassword else {
+            throw KeychainError(.unimplemented, "access-control constraints on \(itemClass.rawValue) items are not built yet (generic and internet passwords only)")
+        }
+        guard flags & Flag.applicationPassword == 0 else {
+            throw KeychainError(.unimplemented, "the application password (2147483648) is not built yet")
+        }
+    }
+
+    public init(_ value: AttributeValue) throws(KeychainError) {
         guard case .string(let text) = value else {
             throw .param("accc must be a string: a pdmn code, optionally with ;flags (e.g. \"ak\" or \"ak;1\")")
         }
@@ -378,7 +434,7 @@ public struct AccessControl: Sendable, Equatable {
 
     /// The pdmn an item gets. pdmn and accc together must agree (same protection, no
     /// constraints), as in securityd; a synchronizable item has no constraints (Apple's
-    /// errSecParam). Constraints Apple accepts are refused as unimplemented until asking is built.
+    /// errSecParam).
     func reconcile(with pdmn: AttributeValue?, synchronizable: Bool = false) throws(KeychainError) -> Protection {
         try checkFlags()
         if let pdmn {
@@ -388,9 +444,6 @@ public struct AccessControl: Sendable, Equatable {
         }
         guard flags == 0 || !synchronizable else {
             throw .param("a synchronizable item (sync = 1) cannot have access-control constraints")
-        }
-        guard flags == 0 else {
-            throw KeychainError(.unimplemented, "access-control constraints need keychaind's prompt, which is not built yet; use accc without flags or pdmn")
         }
         return protection
     }

@@ -339,6 +339,7 @@ public struct DaemonConfig: Sendable, Equatable {
         server.auditIncludeNames = auditIncludeNames
         server.syncDatabase = syncDatabase
         server.credentialSocketPath = credentialSocketPath
+        server.prompt = prompt
         server.lockPolicy.gracePeriod = Double(lockGraceSeconds)
         server.lockPolicy.autoLockAfter = Double(autoLockSeconds)
         server.lockPolicy.eraseAfterFailures = eraseAfterFailures

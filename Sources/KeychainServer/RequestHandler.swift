@@ -382,6 +382,24 @@ final class RequestHandler {
         settle()
     }
 
+    /// The start of a check of a passcode typed at keychaind's prompt (an item that asks
+    /// first): refused during a wrong-passcode delay, as `unlock` is.
+    func presenceCheckSnapshot() throws(KeychainError) -> KeybagSnapshot {
+        noteActivity()
+        guard store.hasPasscode else {
+            throw KeychainError(.interactionNotAllowed, "the item asks for the keychain passcode, and the keychain has none: set one with `keychain passcode set`")
+        }
+        try checkThrottle()
+        return store.keybagSnapshot()
+    }
+
+    /// Counts a passcode typed at the prompt as `unlock` counts one; nothing is loaded.
+    func countPresenceCheck(_ snapshot: KeybagSnapshot, _ outcome: Result<KeybagChange, KeychainError>) throws(KeychainError) {
+        defer { settle() }
+        guard store.isCurrent(snapshot) else { throw KeybagChange.superseded }
+        try counted(outcome.map { Derivation.Output.keybag($0) }) { (_) throws(KeychainError) in }
+    }
+
     /// The escalating-delay schedule, before a passcode check: refused while a delay is in
     /// force, before any Argon2id, so that a guesser cannot even spend the daemon's time.
     private func checkThrottle() throws(KeychainError) {

@@ -32,6 +32,8 @@ public struct ServerConfiguration: Sendable {
     public var syncDatabase: String?
     /// `credential_socket`: where systemd's LoadCredential= reads items (CredentialSocket); nil: none.
     public var credentialSocketPath: String?
+    /// `[prompt]`: where items that ask first ask the person.
+    public var prompt = PromptSettings()
 
     public init(socketPath: String, store: StoreConfiguration) {
         self.socketPath = socketPath
@@ -129,7 +131,8 @@ public final class KeychainServer: LifecycleService, Sendable {
         try? credentialListener?.setNonBlocking()
         let lockedAtStart = store.hasPasscode  // read before the store is handed to the executor's lock
         executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
-                                     audit: audit, syncDatabase: configuration.syncDatabase, log: { log.notice("\($0)") })
+                                     audit: audit, syncDatabase: configuration.syncDatabase,
+                                     prompt: PresencePrompt(configuration.prompt), log: { log.notice("\($0)") })
         if let credentialListener {
             credentials = CredentialSocket(listener: credentialListener, executor: executor) { warning, line in
                 if warning { log.warning("\(line)") } else { log.notice("\(line)") }

@@ -62,6 +62,10 @@ final class StoreExecutor: Sendable {
     /// other as the store's lock did, so that each wrong passcode is counted before the next
     /// check looks at the wrong-passcode delay. Taken before the store's lock, never after.
     private let derivationGate = Mutex<Void>(())
+    /// keychaind's prompt (`[prompt]`, read at start); nil: nobody can be asked.
+    private let presencePrompt: PresencePrompt?
+    /// Held while a prompt is shown: one person answers them, one at a time.
+    private let promptGate = Mutex<Void>(())
 
     /// What a config reload replaces: read once per call under its own lock, never the
     /// store's, so that it adds no contention on the hot path.
@@ -102,11 +106,12 @@ final class StoreExecutor: Sendable {
     var identifiesByExecutable: Bool { executablesMatter.load(ordering: .relaxed) }
 
     init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
-         syncDatabase: String? = nil, syncTiming: SyncLoop.Timing = SyncLoop.Timing(),
+         syncDatabase: String? = nil, syncTiming: SyncLoop.Timing = SyncLoop.Timing(), prompt: PresencePrompt? = nil,
          useKey: @escaping @Sendable (PreparedKeyCall) -> Response = RequestHandler.answer,
          log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
         self.useKey = useKey
         sync = SyncCalls(database: syncDatabase, timing: syncTiming, log: log)
+        presencePrompt = prompt
         let reader = itemStore.splitReader
         let handler = try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)
         let lockedAtStart = handler.isLocked
@@ -328,7 +333,8 @@ final class StoreExecutor: Sendable {
             let scope = policy.scope(for: caller)
             if scope.groups.isEmpty { throw KeychainError(.missingEntitlement, policy.refusal(for: caller)) }
             var frames = AnswerFrames()
-            let answer = try reader.copyMatching(query, scope: scope, store: ReadLookup(executor: self)) { (page) throws(KeychainError) in
+            let presence = CallerPresence(executor: self, caller: caller)
+            let answer = try reader.copyMatching(query, scope: scope, store: ReadLookup(executor: self), presence: presence) { (page) throws(KeychainError) in
                 for result in page { try frames.add(result, emit: emit) }
             }
             guard case .list = answer else { return Response(result: answer) }
@@ -350,6 +356,44 @@ final class StoreExecutor: Sendable {
         if case .single(.data(let bytes)) = answer { return bytes }
         guard let found else { throw KeychainError(.itemNotFound, "no item") }
         return found
+    }
+
+    /// The person asked for one caller's read, outside the store's lock.
+    private struct CallerPresence: PresenceCheck {
+        let executor: StoreExecutor
+        let caller: Caller
+
+        func confirm(label: String?, reason: String?) throws(KeychainError) {
+            try executor.confirmPresence(for: caller, label: label, reason: reason)
+        }
+    }
+
+    /// Asks the person at the machine to type the keychain passcode for `caller`. Never with
+    /// the store's lock held: only each typed passcode's check takes it, as `unlock` does.
+    func confirmPresence(for caller: Caller, label: String?, reason: String?) throws(KeychainError) {
+        guard let prompt = presencePrompt else {
+            throw KeychainError(.interactionNotAllowed, "the item asks the person first, and keychaind has nowhere to ask: set a display or a terminal in [prompt] of keychaind.toml")
+        }
+        let request = PromptRequest(executable: caller.executable, pid: caller.pid, label: label, reason: reason)
+        try promptGate.withLock { (_) throws(KeychainError) in
+            try prompt.ask(request) { (passcode) throws(KeychainError) in try self.checkPasscode(passcode) }
+        }
+    }
+
+    /// A passcode typed at the prompt, checked and counted as `unlock` checks one (the
+    /// wrong-passcode delays, erase_after_failures), with Argon2id outside the store's lock.
+    private func checkPasscode(_ passcode: SecretBytes) throws(KeychainError) {
+        try derivationGate.withLock { (_) throws(KeychainError) in
+            let snapshot = try store.withLock { (store) throws(KeychainError) -> KeybagSnapshot in
+                guard let handler = store.handler else { throw StoreExecutor.stoppingError }
+                return try handler.presenceCheckSnapshot()
+            }
+            let outcome = Result { () throws(KeychainError) in try snapshot.unlock(passcode: passcode) }
+            try store.withLock { (store) throws(KeychainError) in
+                guard let handler = store.handler else { throw StoreExecutor.stoppingError }
+                try handler.countPresenceCheck(snapshot, outcome)
+            }
+        }
     }
 
     /// A read's lookups, the only parts of it that hold the store's lock (each counts as

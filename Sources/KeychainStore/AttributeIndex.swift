@@ -86,6 +86,11 @@ public struct AttributeIndex {
                 guard try body(row, .corrupt) else { return }
                 continue
             }
+            // The bridge has no prompt: an item that asks first is locked to it.
+            if item.asksPerson {
+                guard try body(row, .locked) else { return }
+                continue
+            }
             guard let stored = try? Self.secretServiceAttributes(of: item),
                   exact ? stored == pairs : stored.contains(pairs) else { continue }
             guard try body(row, .opened(item)) else { return }

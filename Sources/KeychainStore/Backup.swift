@@ -196,7 +196,13 @@ public struct Restorer {
               case .int? = attributes["sync"], case .date? = attributes["cdat"], case .date? = attributes["mdat"] else {
             throw KeychainError(.decode, "a backup item lacks its group, protection class or dates")
         }
-        for code in attributes.keys where schema.spec(code) == nil {
+        if let accc = attributes["accc"] {
+            guard let control = try? AccessControl(accc), control.flags != 0, case .string(control.protection.rawValue)? = attributes["pdmn"],
+                  (try? control.checkFlags()) != nil else {
+                throw KeychainError(.decode, "a backup item has an access control (accc) that does not agree with its protection class")
+            }
+        }
+        for code in attributes.keys where code != "accc" && schema.spec(code) == nil {
             throw KeychainError(.decode, "a backup item has attribute \(code), which class \(cls.rawValue) does not")
         }
         // A Secret Service item's attributes are indexed as they decode: refused whole if not.

@@ -13,6 +13,21 @@ extension ItemStore: StoreLookup {
     public func lookup<T: Sendable>(_ body: (ItemStore) throws(KeychainError) -> T) throws(KeychainError) -> T { try body(self) }
 }
 
+/// Asks the person before a call reads the secret of an item that asks first (the daemon's
+/// prompt). Called on the reading thread, never with the store's lock held.
+public protocol PresenceCheck {
+    /// Returns once the person allowed it; errSecUserCanceled, errSecAuthFailed or
+    /// errSecInteractionNotAllowed otherwise.
+    func confirm(label: String?, reason: String?) throws(KeychainError)
+}
+
+/// One call's permission to read secrets of items that ask first: asked for at most once
+/// per call, at the first such item.
+struct ReadConsent {
+    let presence: (any PresenceCheck)?
+    var confirmed = false
+}
+
 /// A CopyMatching, parsed and planned before the lock is taken.
 struct PreparedSearch: Sendable {
     let query: ItemQuery
@@ -60,9 +75,13 @@ public struct SplitReader: Sendable {
     /// its results are handed to `page` as each page is shaped, so that memory per call is a
     /// page or two whatever the answer's length; the returned list then holds none of them.
     /// Any other answer is returned. Identities, which join two classes, are found in one hold.
+    /// `presence` asks the person for items that ask first; without it their secrets are
+    /// errSecInteractionNotAllowed.
     public func copyMatching(_ dict: AttributeDictionary, scope: AccessScope, store: some StoreLookup,
+                             presence: (any PresenceCheck)? = nil,
                              page: ([ItemResult]) throws(KeychainError) -> Void) throws(KeychainError) -> QueryResult {
         let query = try ItemQuery(dict, for: .copyMatching)
+        var consent = ReadConsent(presence: presence)
         let groups = try scope.groups(naming: query.accessGroup)
         if query.itemClass == .identity {
             let result = try store.lookup { (store) throws(KeychainError) in try Identities(store: store).copyMatching(query, groups: groups) }
@@ -82,7 +101,7 @@ public struct SplitReader: Sendable {
             while let start = after {
                 let selection = pageSelection(prepared, after: start)
                 let fetched = try store.lookup { (store) throws(KeychainError) in try store.fetchPage(selection) }
-                let found = try finish(prepared, fetched, wanted: wanted.map { $0 - matched })
+                let found = try finish(prepared, fetched, wanted: wanted.map { $0 - matched }, consent: &consent)
                 matched += found.matched
                 corrupt += found.corrupt
                 after = found.next
@@ -92,14 +111,14 @@ public struct SplitReader: Sendable {
             return .list([])
         }
         var found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.fetch(prepared.selection) },
-                               wanted: wanted)
+                               wanted: wanted, consent: &consent)
         if prepared.limitedInSQL && found.corrupt + found.expired > 0 && found.matched == 0 {
             // Altered or expired rows filled the SQL limit: a match may lie past it, so every row is read.
             var whole = prepared.plan.filter
             whole.limit = nil
             let selection = ItemTable.selection(whole)
             found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.fetch(selection) },
-                               wanted: wanted)
+                               wanted: wanted, consent: &consent)
         }
         guard found.matched > 0 else { throw SecItems.nothingFound(corrupt: found.corrupt) }
         return found.results.first.map(QueryResult.single) ?? .none
@@ -125,6 +144,11 @@ public struct SplitReader: Sendable {
     /// Opens, matches and shapes fetched rows, taking at most `wanted` matches: the one finish
     /// of a page of a list and of a single answer. An altered row is counted, not fatal.
     func finish(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?) throws(KeychainError) -> SearchPage {
+        var consent = ReadConsent(presence: nil)
+        return try finish(prepared, fetched, wanted: wanted, consent: &consent)
+    }
+
+    func finish(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?, consent: inout ReadConsent) throws(KeychainError) -> SearchPage {
         let query = prepared.query
         let decode = query.returnAttributes || prepared.plan.needsOpening || KeyItem.needsAttributes(query)
         var items: [StoredItem] = []
@@ -133,7 +157,10 @@ public struct SplitReader: Sendable {
         for (row, key) in fetched.rows {
             if let wanted, items.count >= wanted { break }
             do throws(KeychainError) {
-                let item = try codec.open(row, classKey: key, withAttributes: decode)
+                var item = try codec.open(row, classKey: key, withAttributes: decode)
+                // Its label goes in the prompt; opening its attributes also checks them
+                // against the sealed constraint.
+                if item.asksPerson && query.returnData && !decode { item = try codec.open(row, classKey: key, withAttributes: true) }
                 if prepared.plan.matches(item) {
                     if item.isExpired(at: fetched.readAt) { expired += 1 } else { items.append(item) }
                 }
@@ -141,9 +168,25 @@ public struct SplitReader: Sendable {
                 corrupt += 1
             }
         }
+        if query.returnData, let first = items.first(where: \.asksPerson) {
+            switch query.authenticationUI {
+            case .skip:
+                items.removeAll(where: \.asksPerson)
+            case .fail:
+                throw KeychainError(.interactionNotAllowed, "the item asks the person first, and the call said not to ask (u_AuthUI Fail)")
+            case .allow where !consent.confirmed:
+                guard let presence = consent.presence else {
+                    throw KeychainError(.interactionNotAllowed, "the item asks the person first, and nobody can be asked here")
+                }
+                try presence.confirm(label: first.attributes["labl"]?.stringValue, reason: query.operationPrompt)
+                consent.confirmed = true
+            case .allow:
+                break
+            }
+        }
         let done = fetched.exhausted || wanted.map { items.count >= $0 } ?? false
         var results: [ItemResult] = []
-        if !items.isEmpty, case .list(let shaped) = try SecItems.result(for: items, query: query, single: false) { results = shaped }
+        if !items.isEmpty, case .list(let shaped) = try SecItems.result(for: items, query: query, single: false, confirmed: consent.confirmed) { results = shaped }
         return SearchPage(results: results, matched: items.count, corrupt: corrupt, expired: expired, next: done ? nil : fetched.lastRowID)
     }
 }

@@ -22,7 +22,8 @@ public struct SecItems {
             throw KeychainError(.unimplemented, "r_Ref: object references do not cross the socket; ask for r_Data or r_Attributes")
         }
         let item = try insert(query, scope: scope)
-        return try result(for: [item], query: query, single: true)
+        // The caller has just given the secret: returning it asks nobody.
+        return try result(for: [item], query: query, single: true, confirmed: true)
     }
 
     /// Adds the item `query` describes, in the caller's group. `accountFromID`: its account
@@ -110,14 +111,19 @@ public struct SecItems {
         return .list(results)
     }
 
-    func result(for items: [StoredItem], query: ItemQuery, single: Bool) throws(KeychainError) -> QueryResult {
-        try Self.result(for: items, query: query, single: single)
+    func result(for items: [StoredItem], query: ItemQuery, single: Bool, confirmed: Bool = false) throws(KeychainError) -> QueryResult {
+        try Self.result(for: items, query: query, single: single, confirmed: confirmed)
     }
 
     /// The result shapes of keychain-semantics.md 4.6 (static: a split read shapes off the lock).
-    static func result(for items: [StoredItem], query: ItemQuery, single: Bool) throws(KeychainError) -> QueryResult {
+    /// `confirmed`: the person allowed this call to read secrets of items that ask first;
+    /// without it such a secret is never an answer, whoever calls.
+    static func result(for items: [StoredItem], query: ItemQuery, single: Bool, confirmed: Bool = false) throws(KeychainError) -> QueryResult {
         let wanted = [query.returnData, query.returnAttributes, query.returnPersistentRef].filter { $0 }.count
         guard wanted > 0 else { return single ? .none : .list([]) }
+        if query.returnData && !confirmed, items.contains(where: \.asksPerson) {
+            throw KeychainError(.interactionNotAllowed, "this item's secret is read only after the person at the machine types the keychain passcode, and nobody can be asked here")
+        }
         // A non-extractable key's bytes are never an answer: left out of a dictionary, and a
         // call that asks for nothing but data is refused (docs/keys.md).
         if wanted == 1 && query.returnData, items.contains(where: KeyItem.isSealed) {
@@ -171,6 +177,9 @@ public struct SecItems {
     func apply(_ changes: ItemChanges, to items: [StoredItem]) throws(KeychainError) {
         let stamp = store.now()
         for item in items {
+            if item.asksPerson && (changes.data != nil || changes.attributes["pdmn"] != nil) {
+                throw KeychainError(.interactionNotAllowed, "changing the secret or protection of an item that asks the person first is not built yet: delete it and add it again")
+            }
             try KeyItem.checkChange(item, changes)
             var attributes = item.attributes
             if item.itemClass == .certificate {

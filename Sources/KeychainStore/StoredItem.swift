@@ -21,6 +21,13 @@ struct StoredItem {
         if case .date(let t)? = attributes[ClassSchema.expiry] { return t }
         return nil
     }
+
+    /// The access-control constraint flags sealed with the item (authenticated once opened).
+    var accessFlags: UInt32 { ItemSealer.accessFlags(of: row.blob) }
+
+    /// Whether its secret is handed out only after the person said so (docs/security.md,
+    /// "Items that ask first").
+    var asksPerson: Bool { AccessControl.asksPerson(accessFlags) }
 }
 
 /// The 16 bytes behind a persistent reference: the creation time in milliseconds since 2001
@@ -158,7 +165,8 @@ struct ItemCodec {
         w.lengthPrefixed(data)
         AttributeCodec.encode(attributes, into: &w)
         // The writer's own wiped buffer is sealed: no copy of the plaintext is ever made.
-        row.blob = ItemSealer.seal(w.finish(), identity: identity(of: row), classKey: classKey)
+        row.blob = ItemSealer.seal(w.finish(), identity: identity(of: row), classKey: classKey,
+                                   accessFlags: AccessControl.storedFlags(attributes))
         return row
     }
 
@@ -171,6 +179,9 @@ struct ItemCodec {
         // Decoded even when not asked for: whether the item has expired is in them.
         let attributes = try AttributeCodec.decode(from: &r)
         guard r.isAtEnd else { throw KeychainError(.decode, "item has trailing bytes") }
+        guard AccessControl.storedFlags(attributes) == ItemSealer.accessFlags(of: row.blob) else {
+            throw KeychainError(.decode, "item's access control does not match its sealed constraint")
+        }
         return StoredItem(row: row, attributes: withAttributes ? attributes : [:], data: data,
                           expiry: StoredItem.expiry(in: attributes))
     }

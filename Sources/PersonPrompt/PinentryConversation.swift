@@ -22,24 +22,30 @@ public final class PinentryConversation {
     /// only what its configuration names, so no caller chooses where the dialog appears.
     public init(program: String, environment: [String: String]? = nil) throws(KeychainError) {
         var input: [Int32] = [0, 0], output: [Int32] = [0, 0]
-        guard pipe(&input) == 0, pipe(&output) == 0 else {
+        guard pipe(&input) == 0 else { throw SystemCallError.current("pipe").keychainError("cannot start pinentry") }
+        guard pipe(&output) == 0 else {
+            close(input[0]); close(input[1])
             throw SystemCallError.current("pipe").keychainError("cannot start pinentry")
         }
+        // No other program we start may inherit these; the child gets its two ends as 0 and 1.
+        for end in input + output { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
         process.executableURL = URL(fileURLWithPath: program)
-        process.standardInput = FileHandle(fileDescriptor: input[0], closeOnDealloc: true)
-        process.standardOutput = FileHandle(fileDescriptor: output[1], closeOnDealloc: true)
+        process.standardInput = FileHandle(fileDescriptor: input[0], closeOnDealloc: false)
+        process.standardOutput = FileHandle(fileDescriptor: output[1], closeOnDealloc: false)
         process.standardError = FileHandle.nullDevice
         if let environment { process.environment = environment }
         do {
             try process.run()
         } catch {
-            close(input[1]); close(output[0])
+            for end in input + output { close(end) }
             throw KeychainError(.io, "cannot start \(program): \(error)")
         }
+        // The child holds its ends now. Ours of its output would keep every read of ours from
+        // ever seeing it exit: a pinentry that dies before its greeting hung the prompt.
+        close(input[0])
+        close(output[1])
         toPinentry = input[1]
         fromPinentry = output[0]
-        fcntl(toPinentry, F_SETFD, FD_CLOEXEC)
-        fcntl(fromPinentry, F_SETFD, FD_CLOEXEC)
         // Its greeting.
         _ = try expectOK()
     }
@@ -48,7 +54,9 @@ public final class PinentryConversation {
         wipe(&pending)
         close(toPinentry)
         close(fromPinentry)
-        if process.isRunning { process.terminate() }
+        // Not SIGTERM: we may have been started with it blocked, and the child inherits that
+        // mask, so a terminate() could leave the wait below waiting forever.
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
     }
 
@@ -80,12 +88,19 @@ public final class PinentryConversation {
     public func bye() { try? send("BYE") }
 
     /// Assuan escapes %, CR and LF (and we escape every control character) in command arguments.
+    /// Other bytes pass as they are, so UTF-8 text (a label in any script) stays UTF-8.
     public static func percentEncoded(_ text: String) -> String {
-        var out = ""
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count)
         for byte in text.utf8 {
-            if byte == UInt8(ascii: "%") || byte < 0x20 { out += String(format: "%%%02X", byte) } else { out.unicodeScalars.append(UnicodeScalar(byte)) }
+            if byte == UInt8(ascii: "%") || byte < 0x20 {
+                out += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            } else {
+                out.append(byte)
+            }
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
     private static func percentDecoded(_ bytes: ArraySlice<UInt8>) throws(KeychainError) -> SecretBytes {

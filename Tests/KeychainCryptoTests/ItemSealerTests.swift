@@ -121,4 +121,37 @@ import KeychainModel
         #expect(hash != KeyedHash.hash(Array("acct".utf8) + [0] + value, key: deviceKey))
         #expect(hash != KeyedHash.hash(value, key: deviceKey))
     }
+
+}
+
+/// Access-control constraints (issue 29): sealed in the header, authenticated by both layers.
+@Suite struct ConstrainedItemSealerTests {
+    let classKey = SecureKey.random()
+    let identity = Array("genp|ak|TEAM.app|row-0001".utf8)
+    let plaintext = Array("the secret and its attributes".utf8)
+
+    private func openStatus(_ blob: [UInt8]) -> KeychainStatus? {
+        thrownStatus { () throws(KeychainError) in try ItemSealer.open(blob, identity: identity, classKey: classKey) }
+    }
+
+    @Test func aConstrainedBlobOpensAndNamesItsFlags() throws {
+        let blob = ItemSealer.seal(plaintext, identity: identity, classKey: classKey, accessFlags: 1)
+        #expect(blob.first == 2)
+        #expect(ItemSealer.accessFlags(of: blob) == 1)
+        #expect(try ItemSealer.open(blob, identity: identity, classKey: classKey) == plaintext)
+        #expect(ItemSealer.accessFlags(of: ItemSealer.seal(plaintext, identity: identity, classKey: classKey)) == 0)
+    }
+
+    @Test func droppingTheConstraintLeavesABlobThatOpensForNobody() {
+        let blob = ItemSealer.seal(plaintext, identity: identity, classKey: classKey, accessFlags: 1)
+        #expect(openStatus([1] + blob.dropFirst(5)) == .decode)
+    }
+
+    @Test func changingTheConstraintLeavesABlobThatOpensForNobody() {
+        var blob = ItemSealer.seal(plaintext, identity: identity, classKey: classKey, accessFlags: 1)
+        blob[4] = 16
+        #expect(openStatus(blob) == .decode)
+        blob[4] = 0
+        #expect(openStatus(blob) == .decode)
+    }
 }

@@ -3,8 +3,9 @@ import Testing
 
 /// kSecAttrAccessControl's flags, checked with Apple's rules (SecAccessControlCreateWithFlags;
 /// shared/reference/keychain-semantics.md 3.4), each combination with the code Apple gives.
-/// Combinations Apple accepts still answer errSecUnimplemented until keychaind's prompt can
-/// enforce them: never an item stored without its constraint.
+/// What Apple accepts is stored with the item (generic and internet passwords), except what is
+/// not built yet (the application password, constraints on keys): errSecUnimplemented, never
+/// an item stored without its constraint.
 @Suite("Access-control flags (issue 29)")
 struct AccessControlFlagTests {
     static func addStatus(_ accc: String, sync: Bool = false) -> KeychainStatus? {
@@ -13,15 +14,38 @@ struct AccessControlFlagTests {
         return queryStatus(dict, for: .add)
     }
 
-    /// userPresence, devicePasscode, applicationPassword, privateKeyUsage, alone and in the
-    /// combinations Apple allows (userPresence with applicationPassword and privateKeyUsage;
-    /// devicePasscode with applicationPassword under Or or And).
-    @Test(arguments: [
-        "ak;1", "ak;16", "ak;2147483648", "ak;1073741824", "ak;2147483649", "ak;1073741825",
-        "ak;3221225473", "akpu;16", "ak;2147483664", "ak;2147500048", "ak;2147516432", "ak;16400", "ak;32784",
-    ])
-    func combinationsAppleAcceptsAreNotYetEnforcedSoRefusedAsUnimplemented(accc: String) {
+    /// userPresence, devicePasscode, privateKeyUsage, alone and in the combinations Apple
+    /// allows, kept in the item's attributes.
+    @Test(arguments: ["ak;1", "ak;16", "ak;1073741824", "ak;1073741825", "akpu;16", "ak;16400", "ak;32784"])
+    func combinationsAppleAcceptsAreKeptWithTheItem(accc: String) throws {
+        let query = try ItemQuery(["class": .string("genp"), "accc": .string(accc)], for: .add)
+        #expect(query.attributes["accc"] == .string(accc))
+        #expect(query.attributes["pdmn"] == .string(String(accc.prefix { $0 != ";" })))
+    }
+
+    /// The application password alone and with userPresence, privateKeyUsage, devicePasscode
+    /// under Or or And: accepted by Apple, not built here.
+    @Test(arguments: ["ak;2147483648", "ak;2147483649", "ak;3221225473", "ak;2147483664", "ak;2147500048", "ak;2147516432"])
+    func theApplicationPasswordIsNotBuiltYet(accc: String) {
         #expect(Self.addStatus(accc) == .unimplemented)
+    }
+
+    @Test func constraintsOnKeysAreNotBuiltYet() {
+        #expect(queryStatus(["class": .string("keys"), "accc": .string("ak;1")], for: .add) == .unimplemented)
+    }
+
+    @Test func anUpdateCannotSetConstraintsYet() {
+        #expect(thrownStatus { () throws(KeychainError) in try ItemChanges(["accc": .string("ak;1")], for: .genericPassword) } == .unimplemented)
+    }
+
+    @Test func authenticationUIAndTheReasonAreRead() throws {
+        let skip = try ItemQuery(["class": .string("genp"), "u_AuthUI": .string("u_AuthUIS"), "u_OpPrompt": .string("why")], for: .copyMatching)
+        #expect(skip.authenticationUI == .skip)
+        #expect(skip.operationPrompt == "why")
+        #expect(try ItemQuery(["class": .string("genp"), "u_AuthUI": .string("u_AuthUIF")], for: .copyMatching).authenticationUI == .fail)
+        #expect(try ItemQuery(["class": .string("genp"), "u_NoAuthUI": .bool(true)], for: .copyMatching).authenticationUI == .fail)
+        #expect(try ItemQuery(["class": .string("genp")], for: .copyMatching).authenticationUI == .allow)
+        #expect(queryStatus(["class": .string("genp"), "u_AuthUI": .string("u_AuthUIS")], for: .delete) == .param)
     }
 
     @Test(arguments: [
