@@ -110,16 +110,21 @@ final class ChangeNotices: Sendable {
     /// What `subscriber` is told of `notice`, or nil when it may not know of it: an item's
     /// change goes to a subscriber holding the item's group, and to a configured bridge of the
     /// writer's own uid (the bridge may act for any process of its uid, so it learns nothing
-    /// it could not read); a lock-state change and an unnamed change go to every subscriber.
+    /// it could not read); a lock-state change and a change of no known group (a restore, a
+    /// sync pull, the overflow notice) go to every subscriber; an item deleted while locked
+    /// is unnamed but goes only where its group may be heard of, so that another user does not
+    /// learn when this user's locked items are deleted.
     static func describe(_ notice: ChangeNotice, subscriberPID: Int32, subscriberUID: uid_t, groups: [String],
                          isBridge: Bool) -> AttributeDictionary? {
         switch notice.what {
         case .lockState(let locked):
             return ["kind": .string("lock"), "locked": .bool(locked)]
-        case .item(let change) where change.kind == .unknown:
+        case .item(let change) where change.kind == .unknown && change.accessGroup.isEmpty:
             return ["kind": .string("unknown")]
         case .item(let change):
             guard groups.contains(change.accessGroup) || (isBridge && notice.writerUID == subscriberUID) else { return nil }
+            // An item deleted while its class was locked: its group is known, nothing else.
+            if change.kind == .unknown { return ["kind": .string("unknown")] }
             return ["kind": .string(change.kind.rawValue), "v_PersistentRef": .data(change.persistentRef),
                     "svce": .string(change.service), "own": .bool(notice.writerPID == subscriberPID)]
         }

@@ -52,7 +52,8 @@ extension ItemStore {
         }
         for row in rows {
             guard let item = try? open(row) else {
-                secretServiceChanges.append(SecretServiceChange(kind: .unknown, persistentRef: [], service: "", accessGroup: ""))
+                // Unnamed, but its group (a clear column) still says who may hear of it.
+                secretServiceChanges.append(SecretServiceChange(kind: .unknown, persistentRef: [], service: "", accessGroup: row.accessGroup))
                 continue
             }
             noteSecretServiceChange(.deleted, row: row, attributes: item.attributes)

@@ -52,6 +52,15 @@ struct ChangeNoticeTests {
         #expect(told == ["kind": .string("lock"), "locked": .bool(true)])
     }
 
+    @Test func anotherUsersSubscriberIsNotToldWhenThisUsersLockedItemIsDeleted() {
+        let deletedWhileLocked = ChangeNotice(what: .item(SecretServiceChange(kind: .unknown, persistentRef: [], service: "", accessGroup: "uid.1000")),
+                                              writerPID: 10, writerUID: 1000)
+        #expect(ChangeNotices.describe(deletedWhileLocked, subscriberPID: 20, subscriberUID: 1001,
+                                       groups: ["uid.1001"], isBridge: true) == nil)
+        #expect(ChangeNotices.describe(deletedWhileLocked, subscriberPID: 21, subscriberUID: 1000,
+                                       groups: ["uid.1000"], isBridge: false) == ["kind": .string("unknown")])
+    }
+
     @Test func aSubscriberThatFallsBehindGetsOneUnknownNoticeInsteadOfTheFlood() throws {
         let notices = ChangeNotices()
         let subscription = try notices.subscribe(uid: 1000)
