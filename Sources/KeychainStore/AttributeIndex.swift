@@ -12,7 +12,7 @@ public struct AttributeIndex {
 
     static let secretServicePrefix = "secret-service:"
     /// The keys attributeAdd takes; anything else is refused rather than silently stored.
-    private static let attributeAddKeys: Set<String> = ["class", "svce", "xsat", "labl", "xsct", "v_Data", "agrp", "pdmn", "cdat", "mdat"]
+    private static let attributeAddKeys: Set<String> = ["class", "svce", "xsat", "labl", "xsct", "v_Data", "agrp", "pdmn", "cdat", "mdat", "gena"]
 
     /// The Secret Service items of `collection` in the caller's groups holding every pair of
     /// `pairs` (`exact`: exactly that set), as attribute dictionaries: v_PersistentRef, pdmn,
@@ -107,7 +107,7 @@ public struct AttributeIndex {
     /// v_PersistentRef and replaced.
     public func add(_ dict: AttributeDictionary, replace: Bool, scope: AccessScope) throws(KeychainError) -> AttributeDictionary {
         if let key = dict.keys.first(where: { !Self.attributeAddKeys.contains($0) }) {
-            throw KeychainError(.param, "attributeAdd does not take \(key); it takes class, svce, xsat, labl, xsct, v_Data, agrp, pdmn, cdat and mdat")
+            throw KeychainError(.param, "attributeAdd does not take \(key); it takes class, svce, xsat, labl, xsct, v_Data, agrp, pdmn, cdat, mdat and gena")
         }
         guard dict["class"] == .string(ItemClass.genericPassword.rawValue) else {
             throw KeychainError(.param, "a Secret Service item is of class genp")

@@ -98,10 +98,20 @@ public struct SecretServiceImport {
 
     private enum Outcome { case added, updated }
 
-    /// Items are matched by attribute set: the provider may hold several with one set (a
-    /// CreateItem without replace), so each of them pairs with an item of that set already in
-    /// keychaind that holds the same label, content type and secret, else replaces one that
-    /// pairs with nothing, else is added.
+    /// An item of keychaind that a provider item may pair with.
+    private struct StoredCopy {
+        let ref: [UInt8]
+        let attributes: AttributeDictionary
+    }
+
+    /// Each provider item pairs with at most one item of the target collection, and each of
+    /// those with at most one provider item: first an item holding the same attribute set,
+    /// label, content type and secret (skipped, unchanged); then the item an earlier import
+    /// took from the same provider path (`gena`), whatever its attributes now, so that an
+    /// attribute changed at the provider (gnome-keyring adds `xdg:schema` to items it reloads
+    /// from disk) updates the copy instead of adding a second one; then any other item of the
+    /// same attribute set (the provider may hold several with one set, a CreateItem without
+    /// replace). A provider item that pairs with nothing is added.
     private func write(_ items: [ProviderItem], to target: StoredCollection, summary: inout ImportSummary,
                        collection: String) throws(KeychainError) {
         var groups: [SecretServiceAttributes: [ProviderItem]] = [:]
@@ -115,42 +125,80 @@ public struct SecretServiceImport {
                 summary.failed.append(("item \(item.path) (\"\(item.label)\")", "its attributes cannot be kept: \(error.message)"))
             }
         }
+        var claimed: Set<[UInt8]> = []
+        var sameSet: [SecretServiceAttributes: [StoredCopy]] = [:]
+        var unmatched: [(item: ProviderItem, pairs: SecretServiceAttributes)] = []
         for pairs in order {
-            var existing: [(ref: [UInt8], attributes: AttributeDictionary)] = []
+            var existing: [StoredCopy] = []
             for row in try target.search(pairs, exact: true) {
                 guard let id = ItemID(persistentRef: row.persistentRef) else { continue }
-                existing.append((row.persistentRef, try target.item(id, secret: true)))
+                existing.append(StoredCopy(ref: row.persistentRef, attributes: try target.item(id, secret: true)))
             }
-            var unmatched: [ProviderItem] = []
             for item in groups[pairs]! {
-                if let index = existing.firstIndex(where: { Self.holdsTheSame($0.attributes, as: item) }) {
-                    existing.remove(at: index)
+                if let copy = existing.first(where: { !claimed.contains($0.ref) && Self.holdsTheSame($0.attributes, as: item) }) {
+                    claimed.insert(copy.ref)
                     summary.skipped.append(("item \(item.path) (\"\(item.label)\")", "already in keychaind, unchanged"))
                 } else {
-                    unmatched.append(item)
+                    unmatched.append((item, pairs))
                 }
             }
-            for item in unmatched {
-                let stale = existing.isEmpty ? nil : existing.removeFirst()
-                do throws(KeychainError) {
-                    if !dryRun {
-                        // Added before the stale one goes, so that a failure loses nothing.
-                        try add(item, pairs: pairs, to: target)
-                        if let stale { try keychain.delete(["v_PersistentRef": .data(stale.ref)]) }
-                    }
-                    note(stale == nil ? .added : .updated, item, into: &summary, collection: collection)
-                } catch {
-                    summary.failed.append(("item \(item.path) (\"\(item.label)\")", error.message))
-                }
+            sameSet[pairs] = existing
+        }
+        guard !unmatched.isEmpty else { return }
+        let earlier = try earlierImports(in: target)
+        var stale: [[UInt8]?] = unmatched.map { entry in
+            guard let ref = earlier[entry.item.path], !claimed.contains(ref) else { return nil }
+            claimed.insert(ref)
+            return ref
+        }
+        for (index, entry) in unmatched.enumerated() where stale[index] == nil {
+            if let copy = sameSet[entry.pairs]?.first(where: { !claimed.contains($0.ref) }) {
+                claimed.insert(copy.ref)
+                stale[index] = copy.ref
             }
         }
+        for (index, entry) in unmatched.enumerated() {
+            let item = entry.item
+            do throws(KeychainError) {
+                if !dryRun {
+                    // Added before the stale one goes, so that a failure loses nothing.
+                    try add(item, pairs: entry.pairs, to: target)
+                    if let ref = stale[index] { try keychain.delete(["v_PersistentRef": .data(ref)]) }
+                }
+                note(stale[index] == nil ? .added : .updated, item, into: &summary, collection: collection)
+            } catch {
+                summary.failed.append(("item \(item.path) (\"\(item.label)\")", error.message))
+            }
+        }
+    }
+
+    /// The items of `target` an earlier import wrote, by the provider path each came from
+    /// (their `gena`); the oldest where two name one path.
+    private func earlierImports(in target: StoredCollection) throws(KeychainError) -> [String: [UInt8]] {
+        let result: QueryResult
+        do {
+            result = try keychain.copyMatching([
+                "class": .string("genp"), "svce": .string(target.service), "r_Attributes": .bool(true),
+                "r_PersistentRef": .bool(true), "m_Limit": .string("m_LimitAll"),
+            ])
+        } catch where error.status == .itemNotFound {
+            return [:]
+        }
+        guard case .list(let rows) = result else { return [:] }
+        var found: [String: [UInt8]] = [:]
+        for case .attributes(let attributes) in rows {
+            guard case .data(let source)? = attributes["gena"], case .data(let ref)? = attributes["v_PersistentRef"],
+                  let path = String(validating: Array(source), as: UTF8.self) else { continue }
+            if found[path] == nil { found[path] = Array(ref) }
+        }
+        return found
     }
 
     private func add(_ item: ProviderItem, pairs: SecretServiceAttributes, to target: StoredCollection) throws(KeychainError) {
         var attributes: AttributeDictionary = [
             "class": .string("genp"), "svce": .string(target.service), "xsat": .data(pairs.encoded),
             "labl": .string(item.label), "xsct": .string(item.contentType), "v_Data": .data(item.secret),
-            "pdmn": .string(protection),
+            "pdmn": .string(protection), "gena": .data(SecretBytes(Array(item.path.utf8))),
         ]
         if item.created > 0 { attributes["cdat"] = .date(Double(item.created) - absoluteTimeIntervalSince1970) }
         if item.modified > 0 { attributes["mdat"] = .date(Double(item.modified) - absoluteTimeIntervalSince1970) }

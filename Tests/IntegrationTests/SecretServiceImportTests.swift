@@ -77,7 +77,7 @@ struct SecretServiceImportTests {
         let dry = try keyring.bridgeCommand(["--import", "--dry-run"])
         #expect(dry.status == 0, "\(dry.stderr)")
         #expect(dry.text.contains("would import 5 (5 new, 0 updated), skipped 0, failed 0"), "\(dry.text)")
-        #expect(dry.text.contains("add \"Work VPN\" (1 attributes) into \"Work\""), "\(dry.text)")
+        #expect(dry.text.contains("add \"Work VPN\" (2 attributes) into \"Work\""), "\(dry.text)")
         expectNoSecret(in: dry)
         #expect(try !keyring.setup.daemon.cli(["list"]).text.contains("secret-service"))
     }
@@ -114,6 +114,22 @@ struct SecretServiceImportTests {
         try keyring.stop()
         _ = try keyring.setup.startedBridge()
         #expect(NSDictionary(dictionary: try keyring.source("dump")).isEqual(to: theirs))
+    }
+
+    /// An attribute changed at the provider is the same item changed, not a new one: the
+    /// import finds its earlier copy by the provider's path and replaces it.
+    @Test func anItemWhoseAttributesChangedAtTheProviderReplacesItsEarlierCopy() throws {
+        let keyring = try GnomeKeyring()
+        _ = try keyring.source("fill")
+        #expect(try keyring.bridgeCommand(["--import"]).status == 0)
+        _ = try keyring.source("retag")
+        let retagged = try keyring.bridgeCommand(["--import"])
+        #expect(retagged.text.contains("imported 1 (0 new, 1 updated), skipped 4, failed 0"), "\(retagged.text) \(retagged.stderr)")
+        let theirs = try keyring.source("dump")
+        try keyring.stop()
+        _ = try keyring.setup.startedBridge()
+        let ours = try keyring.source("dump")
+        #expect(NSDictionary(dictionary: ours).isEqual(to: theirs), "keychaind: \(ours)\ngnome-keyring: \(theirs)")
     }
 
     /// gnome-keyring 42 does not give the name up while it runs (no replacement allowed), so
