@@ -71,6 +71,9 @@ public struct ItemQuery: Sendable, Equatable {
     public var authenticationUI = AuthenticationUI.allow
     /// kSecUseOperationPrompt: the caller's reason, shown (escaped) in keychaind's prompt.
     public var operationPrompt: String?
+    /// kSecUseCredentialReference (`u_CredRef`): an authentication context of the caller's
+    /// connection (ops 49-52), which keychaind checks and uses before it would ask.
+    public var credentialReference: [UInt8]?
 
     public var returnsAnything: Bool { returnData || returnAttributes || returnRef || returnPersistentRef }
 
@@ -193,6 +196,11 @@ public struct ItemQuery: Sendable, Equatable {
         case "u_OpPrompt":
             guard case .string(let reason) = value else { throw .param("u_OpPrompt must be a string") }
             operationPrompt = reason
+        case "u_CredRef":
+            guard case .data(let reference) = value, (1...64).contains(reference.count) else {
+                throw .param("u_CredRef must be the 1 to 64 bytes of data contextCreate answered")
+            }
+            credentialReference = Array(reference)
         case "u_CallerName":
             // Apple's client takes it out of every call before it reaches securityd.
             break

@@ -95,11 +95,23 @@ public enum Request: Sendable, Equatable {
     /// Admin: the item a LoadCredential= unit and credential id map to ("unit", "id", and "uid"
     /// for a user unit), as its attributes without the secret (issue 27).
     case credentialLookup(AttributeDictionary)
+    /// A new authentication context (LAContext) of this connection and its process; the
+    /// answer is its reference, `u_CredRef` in later queries (issue 29).
+    case contextCreate
+    /// Asks the person now for the context `reference`, showing `reason`.
+    case contextAuthenticate(reference: [UInt8], reason: String)
+    /// Ends the context `reference`.
+    case contextInvalidate(reference: [UInt8])
 
     /// The longest fingerprint text accepted (32 digits with spaces between groups, and some slack).
     public static let maxFingerprintTextBytes = 128
     /// A device name: at most 64 bytes of UTF-8 (docs/sync.md, section 3).
     public static let maxDeviceNameBytes = 64
+
+    /// The longest context reference accepted (keychaind makes 32 bytes).
+    public static let maxContextReferenceBytes = 64
+    /// The longest reason a contextAuthenticate may show (it is cut shorter in the prompt).
+    public static let maxReasonBytes = 1024
 
     /// Most items in one attributeSecrets (the bridge's GetSecrets takes as many).
     public static let maxSecretsPerCall: UInt32 = 4096
@@ -125,6 +137,8 @@ public enum Request: Sendable, Equatable {
         case credentialLookup = 46
         // 47-48: the Secret Service bridge (issue 28).
         case changeSubscribe = 47, attributeSecrets = 48
+        // 49-52: authentication contexts (issue 29; 51 is not built yet).
+        case contextCreate = 49, contextAuthenticate = 50, contextInvalidate = 52
     }
 
     public var operation: Operation {
@@ -172,6 +186,9 @@ public enum Request: Sendable, Equatable {
         case .loginSlotRewrap: .loginSlotRewrap
         case .metrics: .metrics
         case .credentialLookup: .credentialLookup
+        case .contextCreate: .contextCreate
+        case .contextAuthenticate: .contextAuthenticate
+        case .contextInvalidate: .contextInvalidate
         }
     }
 
@@ -290,8 +307,14 @@ public enum WireCodec {
              .keyEncrypt(let q, let c), .keyDecrypt(let q, let c):
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
-        case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave, .loginSlotRemove, .loginSlotStatus, .metrics, .changeSubscribe:
+        case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave, .loginSlotRemove, .loginSlotStatus, .metrics, .changeSubscribe,
+             .contextCreate:
             break
+        case .contextAuthenticate(let reference, let reason):
+            w.lengthPrefixed(reference)
+            w.lengthPrefixed(reason.utf8)
+        case .contextInvalidate(let reference):
+            w.lengthPrefixed(reference)
         case .loginSlotAdd(let p), .loginUnlock(let p):
             w.lengthPrefixed(p)
         case .loginSlotRewrap(let old, let new):
@@ -468,8 +491,28 @@ public enum WireCodec {
             let old = try passcode(&r)
             request = .loginSlotRewrap(old: old, new: try passcode(&r))
         case .credentialLookup: request = .credentialLookup(try AttributeCodec.decode(from: &r))
+        case .contextCreate, .contextAuthenticate, .contextInvalidate:
+            // A context belongs to the connection and process that made it: the bridge cannot
+            // hold one for a process it speaks for.
+            guard !nested else { throw KeychainError(.param, "authentication contexts are made on the caller's own connection, not inside an asCaller") }
+            switch op {
+            case .contextCreate: request = .contextCreate
+            case .contextAuthenticate:
+                let reference = try contextReference(&r)
+                guard let reason = StrictUTF8.string(try r.lengthPrefixedArray(max: Request.maxReasonBytes)) else {
+                    throw KeychainError(.param, "a reason is at most \(Request.maxReasonBytes) bytes of UTF-8")
+                }
+                request = .contextAuthenticate(reference: reference, reason: reason)
+            default: request = .contextInvalidate(reference: try contextReference(&r))
+            }
         }
         return request
+    }
+
+    private static func contextReference(_ r: inout ByteReader) throws(KeychainError) -> [UInt8] {
+        let reference = try r.lengthPrefixedArray(max: Request.maxContextReferenceBytes)
+        guard !reference.isEmpty else { throw KeychainError(.param, "an authentication context's reference is 1 to \(Request.maxContextReferenceBytes) bytes") }
+        return reference
     }
 
     private static func deviceName(_ r: inout ByteReader) throws(KeychainError) -> String {

@@ -10,6 +10,8 @@ struct PromptRequest: Sendable, Equatable {
     let pid: Int32
     let label: String?
     let reason: String?
+    /// For an authentication context (contextAuthenticate), not for one item.
+    var forContext = false
 
     /// The most of a caller's text shown (in characters), so that it cannot push the
     /// program's name out of the dialog.
@@ -18,7 +20,11 @@ struct PromptRequest: Sendable, Equatable {
     var description: String {
         let program = executable.map { Self.shown($0, limit: 512) } ?? "a program whose executable cannot be read"
         var text = "\(program) (pid \(pid)) wants to use "
-        text += label.map { "the keychain item \u{201C}\(Self.shown($0, limit: Self.shownLimit))\u{201D}." } ?? "a keychain item without a label."
+        if forContext {
+            text += "keychain items that ask first, for a while, without asking again."
+        } else {
+            text += label.map { "the keychain item \u{201C}\(Self.shown($0, limit: Self.shownLimit))\u{201D}." } ?? "a keychain item without a label."
+        }
         if let reason, !reason.isEmpty { text += "\nIts reason: \(Self.shown(reason, limit: Self.shownLimit))" }
         text += "\nType the keychain passcode to allow it."
         return text

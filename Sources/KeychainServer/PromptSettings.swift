@@ -19,6 +19,11 @@ public struct PromptSettings: Sendable, Equatable {
     public var tty: String?
     /// TERM for that terminal.
     public var term = "linux"
+    /// How long an authenticated context spares its caller the prompt (`context_max_age_seconds`):
+    /// Apple's longest reuse of a LocalAuthentication evaluation
+    /// (LATouchIDAuthenticationMaximumAllowableReuseDuration) is 300 s.
+    public var contextMaxAge = 300
+    public static let contextMaxAgeRange = 1...300
 
     public init() {}
 
@@ -26,6 +31,13 @@ public struct PromptSettings: Sendable, Equatable {
     public var hasPlace: Bool { display != nil || waylandDisplay != nil || tty != nil }
 
     mutating func apply(_ key: String, _ value: TOMLValue, line n: Int) throws(DaemonConfig.ParseError) {
+        if key == "context_max_age_seconds" {
+            guard case .integer(let wide) = value.kind, let seconds = Int(exactly: wide), Self.contextMaxAgeRange.contains(seconds) else {
+                throw DaemonConfig.ParseError(line: n, message: "context_max_age_seconds in [prompt] must be a whole number of seconds from 1 to 300")
+            }
+            contextMaxAge = seconds
+            return
+        }
         guard case .string(let text) = value.kind, !text.isEmpty, !text.utf8.contains(where: { $0 < 0x20 }) else {
             throw DaemonConfig.ParseError(line: n, message: "\(key) in [prompt] must be a non-empty string without control characters")
         }
@@ -43,7 +55,7 @@ public struct PromptSettings: Sendable, Equatable {
             tty = text
         case "term": term = text
         default:
-            throw DaemonConfig.ParseError(line: n, message: "unknown key \(key) in [prompt] (pinentry, display, wayland_display, xauthority, tty, term)")
+            throw DaemonConfig.ParseError(line: n, message: "unknown key \(key) in [prompt] (pinentry, display, wayland_display, xauthority, tty, term, context_max_age_seconds)")
         }
     }
 }

@@ -29,6 +29,9 @@ final class RequestHandler {
     /// Whether the keychain is not unlocked now (what change notices report).
     var isLocked: Bool { machine.state != .unlocked }
     private var throttle: PasscodeThrottle
+    /// Moves at every lock event, passcode removal and erase: an authentication context's
+    /// yes given before it no longer spares the prompt (AuthenticationContexts).
+    private(set) var authenticationEpoch: UInt64 = 0
     /// The login slot's own: a stale slot tried at every login must never delay `unlock`.
     private var loginThrottle: PasscodeThrottle
     private var transfers = BackupTransfers()
@@ -226,6 +229,7 @@ final class RequestHandler {
         case .removePasscode:
             let deleted = try counted(outcome) { (change) throws(KeychainError) in try store.apply(change) }
             machine.passcodeRemoved(at: clock.monotonic())
+            authenticationEpoch += 1
             log("passcode removed by \(caller); \(deleted) when-passcode-set item(s) deleted")
         case .backup:
             guard case .backupFile(let backup) = try outcome.get() else {
@@ -337,6 +341,8 @@ final class RequestHandler {
             throw KeychainError(.internal, "metrics are answered by the executor, which holds them")
         case .credentialLookup(let dict):
             return Response(result: .single(.attributes(try CredentialLookup(dict).run(in: store, policy: policy))))
+        case .contextCreate, .contextAuthenticate, .contextInvalidate:
+            throw KeychainError(.internal, "\(request.operation) reached the store: the executor serves contexts")
         }
         return Response()
     }
@@ -344,6 +350,7 @@ final class RequestHandler {
     /// A lock event from any source: the keys go at once or after the grace period.
     func lock(reason: String) {
         let actions = machine.lock(at: clock.monotonic())
+        authenticationEpoch += 1
         if machine.purgeAt != nil || !actions.isEmpty {
             log("locked (\(reason)); WhenUnlocked keys purged \(lockPolicy.gracePeriod > 0 ? "in \(Int(lockPolicy.gracePeriod)) s" : "now")")
         }
@@ -355,7 +362,10 @@ final class RequestHandler {
         let wasUnlocked = machine.state == .unlocked
         let now = clock.monotonic()
         let actions = machine.tick(at: now, hasPasscode: store.hasPasscode)
-        if wasUnlocked && machine.state == .locked { log("locked (idle for \(Int(lockPolicy.autoLockAfter)) s)") }
+        if wasUnlocked && machine.state == .locked {
+            authenticationEpoch += 1
+            log("locked (idle for \(Int(lockPolicy.autoLockAfter)) s)")
+        }
         apply(actions)
         if now >= nextSweep {
             nextSweep = now + Self.sweepInterval
@@ -429,6 +439,7 @@ final class RequestHandler {
             log("wrong passcode (\(throttle.failures) in a row)")
             if lockPolicy.eraseAfterFailures > 0 && throttle.failures >= lockPolicy.eraseAfterFailures {
                 try store.erase()
+                authenticationEpoch += 1
                 throttle.succeeded()
                 machine.passcodeRemoved(at: clock.monotonic())
                 log("keychain ERASED after \(lockPolicy.eraseAfterFailures) wrong passcodes (erase_after_failures)")

@@ -132,7 +132,8 @@ public final class KeychainServer: LifecycleService, Sendable {
         let lockedAtStart = store.hasPasscode  // read before the store is handed to the executor's lock
         executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
                                      audit: audit, syncDatabase: configuration.syncDatabase,
-                                     prompt: PresencePrompt(configuration.prompt), log: { log.notice("\($0)") })
+                                     prompt: PresencePrompt(configuration.prompt),
+                                     contextMaxAge: Double(configuration.prompt.contextMaxAge), log: { log.notice("\($0)") })
         if let credentialListener {
             credentials = CredentialSocket(listener: credentialListener, executor: executor) { warning, line in
                 if warning { log.warning("\(line)") } else { log.notice("\(line)") }
@@ -468,6 +469,8 @@ public final class KeychainServer: LifecycleService, Sendable {
     private func serve(_ socket: UnixSocket, _ caller: Caller, _ process: PeerProcess?, bridge: BridgeLink?) {
         let reader = FrameReader(socket, capacity: 16 << 10)
         var pace = ConnectionPace(connection: Int(socket.fd))
+        let connection = executor.contexts.openConnection()
+        defer { executor.contexts.connectionClosed(connection) }
         while true {
             // SecretBytes: the frame, the request decoded from it and the response all live in
             // wiped memory, so whatever secret they held is zeroed as they are released.
@@ -518,7 +521,7 @@ public final class KeychainServer: LifecycleService, Sendable {
                     response = Response(error: KeychainError(.missingEntitlement, "portal secrets are given only to the desktop portal, through the Secret Service bridge (asCaller)"))
                     executor.audit(refused: request, from: caller, response: response)
                 default:
-                    response = executor.submit(request, from: caller, emit: emit)
+                    response = executor.submit(request, from: caller, connection: connection, emit: emit)
                 }
                 if response.status != 0 {
                     logger.debug("\(request.operation) from \(caller): \(response.status)")

@@ -66,6 +66,8 @@ final class StoreExecutor: Sendable {
     private let presencePrompt: PresencePrompt?
     /// Held while a prompt is shown: one person answers them, one at a time.
     private let promptGate = Mutex<Void>(())
+    /// The authentication contexts of every connection (ops 49-52).
+    let contexts: AuthenticationContexts
 
     /// What a config reload replaces: read once per call under its own lock, never the
     /// store's, so that it adds no contention on the hot path.
@@ -107,11 +109,13 @@ final class StoreExecutor: Sendable {
 
     init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
          syncDatabase: String? = nil, syncTiming: SyncLoop.Timing = SyncLoop.Timing(), prompt: PresencePrompt? = nil,
+         contextMaxAge: Double = Double(PromptSettings().contextMaxAge),
          useKey: @escaping @Sendable (PreparedKeyCall) -> Response = RequestHandler.answer,
          log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
         self.useKey = useKey
         sync = SyncCalls(database: syncDatabase, timing: syncTiming, log: log)
         presencePrompt = prompt
+        contexts = AuthenticationContexts(maxAge: contextMaxAge)
         let reader = itemStore.splitReader
         let handler = try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)
         let lockedAtStart = handler.isLocked
@@ -163,11 +167,22 @@ final class StoreExecutor: Sendable {
     /// A long list answer goes in pages: every page but the last is handed to `emit` (which
     /// sends it, and says false when the client is gone), the last is returned.
     /// `bridgePID`: the call came through the Secret Service bridge of that pid, for `caller`.
-    func submit(_ request: Request, from caller: Caller, bridgePID: Int32? = nil,
+    /// `connection`: the number of the caller's own connection (AuthenticationContexts), nil
+    /// for a call made for another process, which can hold no context.
+    func submit(_ request: Request, from caller: Caller, bridgePID: Int32? = nil, connection: UInt64? = nil,
                 emit: (Response) -> Bool = { _ in true }) -> Response {
         let current = settings.withLock { $0 }
         let started = MonotonicClock.nanoseconds()
-        let response = run(request, from: caller, policy: current.policy, reader: current.reader, writerPID: bridgePID ?? caller.pid, emit: emit)
+        let owner = connection.map { ContextOwner(connection: $0, uid: caller.uid, pid: caller.pid) }
+        var response = run(request, from: caller, policy: current.policy, reader: current.reader, writerPID: bridgePID ?? caller.pid,
+                           owner: owner, emit: emit)
+        if request == .status, let owner, case .single(.attributes(var info)) = response.result {
+            let open = contexts.count(connection: owner.connection)
+            if open > 0 {
+                info["contexts"] = .int(Int64(open))
+                response.result = .single(.attributes(info))
+            }
+        }
         metrics.record(request, status: response.status, nanoseconds: Int64(MonotonicClock.nanoseconds() &- started),
                        viaBridge: bridgePID != nil)
         // The bridge asks for status every second to learn of changes (docs/secret-service.md,
@@ -193,11 +208,16 @@ final class StoreExecutor: Sendable {
     }
 
     private func run(_ request: Request, from caller: Caller, policy: AccessPolicy, reader: SplitReader?,
-                     writerPID: Int32, emit: (Response) -> Bool) -> Response {
+                     writerPID: Int32, owner: ContextOwner?, emit: (Response) -> Bool) -> Response {
         if case .metrics = request { return metricsAnswer(for: caller, policy: policy) }
         if case .copyMatching(let query) = request {
             guard let reader else { return Self.stopping }
-            return search(query, from: caller, policy: policy, reader: reader, emit: emit)
+            return search(query, from: caller, policy: policy, reader: reader, owner: owner, emit: emit)
+        }
+        switch request {
+        case .contextCreate, .contextAuthenticate, .contextInvalidate:
+            return contextCall(request, from: caller, policy: policy, owner: owner)
+        default: break
         }
         if request.isSync {
             let refusal = store.withLock { (store) -> Response? in
@@ -328,12 +348,21 @@ final class StoreExecutor: Sendable {
     /// the result after them, run on the caller's thread alongside other calls. A list answer
     /// is sent in frames as its pages are read.
     private func search(_ query: AttributeDictionary, from caller: Caller, policy: AccessPolicy, reader: SplitReader,
-                        emit: (Response) -> Bool) -> Response {
+                        owner: ContextOwner?, emit: (Response) -> Bool) -> Response {
         do throws(KeychainError) {
             let scope = policy.scope(for: caller)
             if scope.groups.isEmpty { throw KeychainError(.missingEntitlement, policy.refusal(for: caller)) }
             var frames = AnswerFrames()
-            let presence = CallerPresence(executor: self, caller: caller)
+            // A reference that is not this connection's fails the call before anything is read,
+            // whether or not an item would ask.
+            var context: UsedContext?
+            if case .data(let given)? = query["u_CredRef"] {
+                guard let owner else { throw AuthenticationContexts.unknown }
+                let reference = Array(given)
+                _ = try contexts.authentication(reference, for: owner)
+                context = UsedContext(reference: reference, owner: owner)
+            }
+            let presence = CallerPresence(executor: self, caller: caller, context: context)
             let answer = try reader.copyMatching(query, scope: scope, store: ReadLookup(executor: self), presence: presence) { (page) throws(KeychainError) in
                 for result in page { try frames.add(result, emit: emit) }
             }
@@ -358,23 +387,75 @@ final class StoreExecutor: Sendable {
         return found
     }
 
-    /// The person asked for one caller's read, outside the store's lock.
+    /// The authentication context a call carries (`u_CredRef`), checked to be its connection's.
+    private struct UsedContext {
+        let reference: [UInt8]
+        let owner: ContextOwner
+    }
+
+    /// The person asked for one caller's read, outside the store's lock; an authenticated
+    /// context the call carries answers for them, and a yes given here authenticates it.
     private struct CallerPresence: PresenceCheck {
         let executor: StoreExecutor
         let caller: Caller
+        let context: UsedContext?
+
+        func confirmedBefore() throws(KeychainError) -> Bool {
+            guard let context else { return false }
+            return try executor.contexts.isAuthenticated(context.reference, for: context.owner, now: DaemonClock.system.monotonic(),
+                                                         epoch: try executor.authenticationEpoch())
+        }
 
         func confirm(label: String?, reason: String?) throws(KeychainError) {
+            let epoch = try executor.authenticationEpoch()
             try executor.confirmPresence(for: caller, label: label, reason: reason)
+            if let context {
+                executor.contexts.authenticated(context.reference, for: context.owner,
+                                                .init(at: DaemonClock.system.monotonic(), epoch: epoch))
+            }
+        }
+    }
+
+    /// The handler's authentication epoch now (a short hold of the store's lock).
+    func authenticationEpoch() throws(KeychainError) -> UInt64 {
+        try store.withLock { (store) throws(KeychainError) -> UInt64 in
+            guard let handler = store.handler else { throw StoreExecutor.stoppingError }
+            return handler.authenticationEpoch
+        }
+    }
+
+    /// Ops 49, 50 and 52: contexts of the caller's own connection. contextAuthenticate asks
+    /// the person now, outside every lock, as a read that asks does.
+    private func contextCall(_ request: Request, from caller: Caller, policy: AccessPolicy, owner: ContextOwner?) -> Response {
+        do throws(KeychainError) {
+            guard let owner else { throw KeychainError(.param, "authentication contexts are made on the caller's own connection") }
+            if policy.scope(for: caller).groups.isEmpty { throw KeychainError(.missingEntitlement, policy.refusal(for: caller)) }
+            switch request {
+            case .contextCreate:
+                return Response(result: .single(.data(SecretBytes(try contexts.create(for: owner)))))
+            case .contextAuthenticate(let reference, let reason):
+                _ = try contexts.authentication(reference, for: owner)
+                let epoch = try authenticationEpoch()
+                try confirmPresence(for: caller, label: nil, reason: reason, forContext: true)
+                contexts.authenticated(reference, for: owner, .init(at: DaemonClock.system.monotonic(), epoch: epoch))
+            case .contextInvalidate(let reference):
+                try contexts.invalidate(reference, for: owner)
+            default:
+                throw KeychainError(.internal, "\(request.operation) is not a context call")
+            }
+            return Response()
+        } catch {
+            return Response(error: error)
         }
     }
 
     /// Asks the person at the machine to type the keychain passcode for `caller`. Never with
     /// the store's lock held: only each typed passcode's check takes it, as `unlock` does.
-    func confirmPresence(for caller: Caller, label: String?, reason: String?) throws(KeychainError) {
+    func confirmPresence(for caller: Caller, label: String?, reason: String?, forContext: Bool = false) throws(KeychainError) {
         guard let prompt = presencePrompt else {
             throw KeychainError(.interactionNotAllowed, "the item asks the person first, and keychaind has nowhere to ask: set a display or a terminal in [prompt] of keychaind.toml")
         }
-        let request = PromptRequest(executable: caller.executable, pid: caller.pid, label: label, reason: reason)
+        let request = PromptRequest(executable: caller.executable, pid: caller.pid, label: label, reason: reason, forContext: forContext)
         try promptGate.withLock { (_) throws(KeychainError) in
             try prompt.ask(request) { (passcode) throws(KeychainError) in try self.checkPasscode(passcode) }
         }

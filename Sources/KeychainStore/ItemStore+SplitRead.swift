@@ -19,6 +19,13 @@ public protocol PresenceCheck {
     /// Returns once the person allowed it; errSecUserCanceled, errSecAuthFailed or
     /// errSecInteractionNotAllowed otherwise.
     func confirm(label: String?, reason: String?) throws(KeychainError)
+    /// Whether the person already said yes for this call without being asked now (an
+    /// authenticated context it carries): then nothing asks, and Fail and Skip do not apply.
+    func confirmedBefore() throws(KeychainError) -> Bool
+}
+
+extension PresenceCheck {
+    public func confirmedBefore() throws(KeychainError) -> Bool { false }
 }
 
 /// One call's permission to read secrets of items that ask first: asked for at most once
@@ -169,19 +176,20 @@ public struct SplitReader: Sendable {
             }
         }
         if query.returnData, let first = items.first(where: \.asksPerson) {
+            if !consent.confirmed, let presence = consent.presence, try presence.confirmedBefore() { consent.confirmed = true }
             switch query.authenticationUI {
+            case _ where consent.confirmed:
+                break
             case .skip:
                 items.removeAll(where: \.asksPerson)
             case .fail:
                 throw KeychainError(.interactionNotAllowed, "the item asks the person first, and the call said not to ask (u_AuthUI Fail)")
-            case .allow where !consent.confirmed:
+            case .allow:
                 guard let presence = consent.presence else {
                     throw KeychainError(.interactionNotAllowed, "the item asks the person first, and nobody can be asked here")
                 }
                 try presence.confirm(label: first.attributes["labl"]?.stringValue, reason: query.operationPrompt)
                 consent.confirmed = true
-            case .allow:
-                break
             }
         }
         let done = fetched.exhausted || wanted.map { items.count >= $0 } ?? false

@@ -52,6 +52,19 @@ struct PresencePromptTests {
         #expect(config.prompt.term == "xterm")
     }
 
+    @Test func aContextsMaximumAgeIsReadFromOneTo300Seconds() throws {
+        #expect(try DaemonConfig.parse("").prompt.contextMaxAge == 300)
+        #expect(try DaemonConfig.parse("[prompt]\ncontext_max_age_seconds = 2").prompt.contextMaxAge == 2)
+        for value in ["0", "301", "\"60\"", "1.5"] {
+            #expect(throws: DaemonConfig.ParseError.self, "\(value)") { try DaemonConfig.parse("[prompt]\ncontext_max_age_seconds = \(value)") }
+        }
+    }
+
+    @Test func theContextPromptSaysItIsForItemsThatAskFirstWithTheReason() {
+        let request = PromptRequest(executable: "/usr/bin/deploy-tool", pid: 4242, label: nil, reason: "ship\nit", forContext: true)
+        #expect(request.description == "/usr/bin/deploy-tool (pid 4242) wants to use keychain items that ask first, for a while, without asking again.\nIts reason: ship\\u{a}it\nType the keychain passcode to allow it.")
+    }
+
     @Test func aRelativePinentryOrATerminalOutsideDevIsRefused() {
         for text in ["[prompt]\npinentry = \"pinentry\"", "[prompt]\ntty = \"/tmp/fake-tty\"", "[prompt]\ncolour = \"red\""] {
             #expect(throws: DaemonConfig.ParseError.self, "\(text)") { try DaemonConfig.parse(text) }
