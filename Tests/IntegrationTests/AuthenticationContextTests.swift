@@ -155,6 +155,22 @@ struct AuthenticationContextTests {
         #expect(Self.prompts(log) == 0)
     }
 
+    /// The attack: the process that made the context execs another program, which inherits
+    /// the connection (keychaind tells apps apart by executable nowhere here, so the
+    /// connection itself stays usable).
+    @Test func aProgramExecdByTheProcessCannotUseItsContext() throws {
+        let (d, log) = try Self.daemon(answers: [])
+        var template = Array("/tmp/kcy.XXXXXX".utf8CString)
+        let directory = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let python = directory + "/python-copy"
+        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path, toPath: python)
+        chmod(python, 0o755)
+        let run = try runExecutable(SecretServiceScripts.path("context_reuse.py"), [d.socketPath, "exec", python], environment: [:], input: [])
+        #expect(run.text == "before-exec -25300\nafter-exec -50\n", "\(run.text) \(run.stderr)")
+        #expect(Self.prompts(log) == 0)
+    }
+
     @Test func statusCountsTheConnectionsOwnContexts() throws {
         let (d, _) = try Self.daemon(answers: [])
         let c = try RawConnection(d)

@@ -8,6 +8,10 @@
 #                                       forked child sends it on a connection of its own ("own"),
 #                                       then, once the parent has exited, on the connection it
 #                                       inherited from it ("inherited")
+#   context_reuse.py SOCKET exec PYTHON this process makes a context, uses it ("before-exec"),
+#                                       then execs PYTHON (a copy of python elsewhere: another
+#                                       executable), which sends it on the same connection
+#                                       ("after-exec")
 import os
 import socket
 import struct
@@ -67,20 +71,33 @@ def say(line):
     sys.stdout.flush()
 
 
+def create_context(s):
+    s.sendall(request(49, b""))
+    frame = read_frame(s)
+    assert status(frame) == 0, status(frame)
+    (message_length,) = struct.unpack("<I", frame[5:9])
+    rest = frame[9 + message_length:]
+    assert rest[0] == 1 and rest[1] == 1, rest[:2]
+    (length,) = struct.unpack("<I", rest[2:6])
+    return rest[6:6 + length]
+
+
 path, mode = sys.argv[1], sys.argv[2]
 if mode == "other":
     say("other %d" % read_with(connect(path), bytes.fromhex(sys.argv[3])))
     sys.exit(0)
+if mode == "after-exec":
+    s = socket.socket(fileno=int(sys.argv[3]))
+    say("after-exec %d" % read_with(s, bytes.fromhex(sys.argv[4])))
+    sys.exit(0)
 
 s = connect(path)
-s.sendall(request(49, b""))
-frame = read_frame(s)
-assert status(frame) == 0, status(frame)
-(message_length,) = struct.unpack("<I", frame[5:9])
-rest = frame[9 + message_length:]
-assert rest[0] == 1 and rest[1] == 1, rest[:2]
-(length,) = struct.unpack("<I", rest[2:6])
-reference = rest[6:6 + length]
+reference = create_context(s)
+if mode == "exec":
+    say("before-exec %d" % read_with(s, reference))
+    os.set_inheritable(s.fileno(), True)
+    python = sys.argv[3]
+    os.execv(python, [python, os.path.abspath(__file__), path, "after-exec", str(s.fileno()), reference.hex()])
 parent = os.getpid()
 child = os.fork()
 if child == 0:
