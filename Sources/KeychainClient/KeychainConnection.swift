@@ -65,13 +65,17 @@ public final class KeychainConnection: Sendable {
 
     /// SecItemAdd. Returns what the return keys ask for (`.none` without them).
     @discardableResult
-    public func add(_ attributes: AttributeDictionary) throws(KeychainError) -> QueryResult { try perform(Calls.add(attributes)) }
+    public func add(_ attributes: AttributeDictionary) throws(KeychainError) -> QueryResult {
+        try AccessControl.checkRequest(attributes)
+        return try perform(Calls.add(attributes))
+    }
 
     /// SecItemCopyMatching.
     public func copyMatching(_ query: AttributeDictionary) throws(KeychainError) -> QueryResult { try perform(Calls.copyMatching(query)) }
 
     /// SecItemUpdate.
     public func update(_ query: AttributeDictionary, _ changes: AttributeDictionary) throws(KeychainError) {
+        try AccessControl.checkRequest(changes)
         try perform(Calls.update(query, changes))
     }
 
@@ -146,7 +150,8 @@ public final class KeychainConnection: Sendable {
     /// SecItemAdd, for async code.
     @discardableResult
     public func add(_ attributes: AttributeDictionary) async throws(KeychainError) -> QueryResult {
-        try await performOffThePool(Calls.add(attributes))
+        try AccessControl.checkRequest(attributes)
+        return try await performOffThePool(Calls.add(attributes))
     }
 
     /// SecItemCopyMatching, for async code.
@@ -156,6 +161,7 @@ public final class KeychainConnection: Sendable {
 
     /// SecItemUpdate, for async code.
     public func update(_ query: AttributeDictionary, _ changes: AttributeDictionary) async throws(KeychainError) {
+        try AccessControl.checkRequest(changes)
         try await performOffThePool(Calls.update(query, changes))
     }
 
