@@ -22,9 +22,13 @@ enum AdditionPrecheck {
             throw KeychainError(.missingEntitlement, "this caller may not add items to access group \(group); its groups are \(groups.joined(separator: ", ")); nothing was read or stored")
         }
         var protection = Protection.whenUnlocked
-        if case .string(let pdmn)? = item["pdmn"], let given = Protection(rawValue: pdmn) { protection = given }
+        if let given = AccessControl(attributes: item)?.protection { protection = given }
         guard isAvailable(protection, state: ListCommand.text(info["state"]), inGracePeriod: info["purge_in"] != nil) else {
             throw KeychainError(.interactionNotAllowed, "the keychain is locked: a \(protection.name) item cannot be added until it is unlocked; nothing was read or stored")
+        }
+        // What it asks for is the keychain passcode: without one it could never be read.
+        if AccessControl(attributes: item)?.asksFirst == true, info["passcode"] == .bool(false) {
+            throw KeychainError(.param, "--require asks for the keychain passcode at keychaind's prompt, and this keychain has none: set one with `keychain passcode set` first; nothing was read or stored")
         }
     }
 

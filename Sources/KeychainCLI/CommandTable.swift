@@ -43,8 +43,14 @@ private let attributeOptions: [(name: String, help: String)] = [
 
 let commands: [Command] = [
     Command(spec: CommandSpec(name: "add", summary: "Add an item; the secret comes from standard input.",
-                              options: globalOptions + itemOptions + attributeOptions, flags: jsonFlag + synchronizableFlag + allowEmptyFlag)) { c in
+                              options: globalOptions + itemOptions + attributeOptions + [("require", Requirement.help)],
+                              flags: jsonFlag + synchronizableFlag + allowEmptyFlag)) { c in
         var dict = try c.itemQuery(adding: true).merging(try c.itemAttributes()) { $1 }
+        if let require = c.arguments["require"] {
+            // The protection class travels inside accc: pdmn beside constraints is refused.
+            dict["accc"] = try Requirement.accessControl(require, protection: dict.removeValue(forKey: "pdmn"),
+                                                         synchronizable: c.arguments.has("synchronizable")).attributeValue
+        }
         let connection = try c.connection()
         try AdditionPrecheck.check(dict, connection: connection)
         var secret = try SecretInput.secret()
@@ -55,12 +61,23 @@ let commands: [Command] = [
         c.printStatusJSON()
     },
     Command(spec: CommandSpec(name: "get", summary: "Write an item's secret to standard output, exactly (--json: attributes and the secret in base64).",
-                              options: globalOptions + itemOptions, flags: jsonFlag + synchronizableFlag)) { c in
+                              options: globalOptions + itemOptions + [("reason", "For an item that asks first: the reason keychaind's prompt shows (kSecUseOperationPrompt).")],
+                              flags: jsonFlag + synchronizableFlag + [("no-prompt", "Never ask the person: an item that asks first fails (exit 4) instead (kSecUseAuthenticationUIFail).")])) { c in
         try ItemSelection.require(c.arguments)
         var query = try c.itemQuery()
         query["r_Data"] = .bool(true)
         if c.json { query["r_Attributes"] = .bool(true) }
-        switch try c.connection().copyMatching(query) {
+        if c.arguments.has("no-prompt") { query["u_AuthUI"] = .string("u_AuthUIF") }
+        if let reason = c.arguments["reason"] { query["u_OpPrompt"] = .string(reason) }
+        let connection = try c.connection()
+        let answer: QueryResult
+        do throws(KeychainError) {
+            answer = try connection.copyMatching(query)
+        } catch {
+            if let outcome = PromptOutcome.from(error, noPrompt: c.arguments.has("no-prompt"), connection: connection) { throw outcome }
+            throw error
+        }
+        switch answer {
         case .single(.data(let secret)):
             Output.stdout(secret)  // SecretBytes: wiped when released
         case .single(.attributes(let attrs)):

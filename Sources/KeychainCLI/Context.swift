@@ -34,6 +34,14 @@ struct Context {
                 return ExitStatus.usage
             }
             return KeychainCommand.usage(error.message, spec: arguments.spec)
+        } catch let outcome as PromptOutcome {
+            if json {
+                printErrorJSON(outcome.error)
+                return ExitStatus.code(for: outcome.error.status)
+            }
+            Output.error("keychain: \(outcome.error.message) [\(outcome.error.status)]")
+            if let hint = outcome.hint { Output.error("hint: \(hint)") }
+            return ExitStatus.code(for: outcome.error.status)
         } catch let error as KeychainError {
             if json {
                 printErrorJSON(error)

@@ -10,6 +10,8 @@ public enum ExitStatus {
     public static let accessDenied: Int32 = 5
     public static let authenticationFailed: Int32 = 6
     public static let daemonUnreachable: Int32 = 7
+    /// The person at keychaind's prompt said no (errSecUserCanceled).
+    public static let canceled: Int32 = 8
     public static let usage: Int32 = 64
 
     static func code(for status: KeychainStatus) -> Int32 {
@@ -21,6 +23,7 @@ public enum ExitStatus {
         case .missingEntitlement: accessDenied
         case .authFailed: authenticationFailed
         case .serviceNotAvailable: daemonUnreachable
+        case .userCanceled: canceled
         case .param, .noSuchAttribute, .noSuchClass: usage
         default: otherError
         }

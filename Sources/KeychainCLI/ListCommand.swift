@@ -58,7 +58,9 @@ enum ListCommand {
         }
 
         func accessible(_ a: AttributeDictionary) -> String {
-            Accessible.name(ofPdmn: ListCommand.text(a["pdmn"])) + (a["sync"] == .int(1) ? " (synced)" : "")
+            let asks = AccessControl(attributes: a).flatMap { $0.asksFirst || $0.flags != 0 ? $0 : nil }
+            return Accessible.name(ofPdmn: ListCommand.text(a["pdmn"])) + (a["sync"] == .int(1) ? " (synced)" : "")
+                + (asks.map { " (asks first: \(Requirement.describe($0)))" } ?? "")
         }
 
         /// 0 is "no port" in SecItem.
