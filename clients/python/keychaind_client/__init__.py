@@ -23,7 +23,10 @@ import socket
 import stat
 import struct
 import threading
-from typing import Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union
+
+if TYPE_CHECKING:
+    from .access_control import AccessControl
 
 # What the SecItem calls take and return: values as in docs/protocol.md, section 3.
 Attributes = Dict[str, Any]
@@ -32,7 +35,8 @@ Attributes = Dict[str, Any]
 #: Any rather than their union: the query decides which, and callers know it.
 Result = Any
 
-__all__ = ["Connection", "KeychainError", "AbsoluteTime", "default_socket_path", "Status", "ACCESSIBLE",
+__all__ = ["Connection", "KeychainError", "UserCanceled", "InteractionNotAllowed", "AuthFailed", "AccessControl",
+           "REQUIRE", "AbsoluteTime", "default_socket_path", "Status", "ACCESSIBLE",
            "SYNCHRONIZABLE_ANY", "Synchronizable", "SyncStatus", "SyncDevice", "SyncFingerprints", "SyncRemoval",
            "Key", "KeyType", "SigningAlgorithm", "AgreementAlgorithm", "EncryptionAlgorithm"]
 
@@ -48,7 +52,7 @@ class Status:
     daemon's KeychainStatus, so that a caller can name any status it may see."""
     SUCCESS = 0
     UNIMPLEMENTED = -4
-    USER_CANCELED = -128  # the Swift client's cancelled async calls; the daemon never sends it
+    USER_CANCELED = -128  # the person said no at keychaind's prompt (and the Swift client's cancelled async calls)
     IO = -36
     PARAM = -50
     ALLOCATE = -108
@@ -119,6 +123,29 @@ class KeychainError(Exception):
         super().__init__("%s (%d)" % (message, status))
         self.status = status
         self.message = message
+
+
+class UserCanceled(KeychainError):
+    """The person at keychaind's prompt said no (Status.USER_CANCELED, errSecUserCanceled)."""
+
+
+class InteractionNotAllowed(KeychainError):
+    """The item's class is locked, or the item asks the person first and nobody may or can be
+    asked: auth_ui="fail", no [prompt] in keychaind's config, no keychain passcode
+    (Status.INTERACTION_NOT_ALLOWED, errSecInteractionNotAllowed)."""
+
+
+class AuthFailed(KeychainError):
+    """A passcode was refused: at keychaind's prompt (three wrong tries), or an unlock's
+    (Status.AUTH_FAILED, errSecAuthFailed)."""
+
+
+_ERRORS = {-128: UserCanceled, -25308: InteractionNotAllowed, -25293: AuthFailed}
+
+
+def _error(status, message):
+    """KeychainError for status, of its own subclass where it has one."""
+    return _ERRORS.get(status, KeychainError)(status, message)
 
 
 class AbsoluteTime(float):
@@ -335,11 +362,23 @@ class Connection:
 
     # SecItem calls. synchronizable= sets the dictionary's "sync" (kSecAttrSynchronizable; see
     # Synchronizable); in update it selects the items, and changes may carry "sync" to move one.
-    def add(self, attributes: Attributes, *, synchronizable: Synchronizable = None) -> Result:
-        return self._call("add", _encode_dict(_with_sync(attributes, synchronizable)))
+    #
+    # Items that ask first (docs/security.md): add's access_control= (an AccessControl or its
+    # "accc" string) or require= (the CLI's names: "presence", "passcode", or a list) makes one;
+    # a read of its secret then waits while keychaind asks the person for the keychain passcode.
+    # auth_ui= on reads: "allow" (the default: ask), "fail" (InteractionNotAllowed instead of
+    # asking) or "skip" (copy_matching leaves such items out); reason= is the prompt's reason.
+    # The person saying no raises UserCanceled; nobody to ask, InteractionNotAllowed.
+    def add(self, attributes: Attributes, *, synchronizable: Synchronizable = None,
+            access_control: Union[AccessControl, str, None] = None,
+            require: Union[str, Iterable[str], None] = None) -> Result:
+        attributes = _with_sync(attributes, synchronizable)
+        return self._call("add", _encode_dict(_with_access_control(attributes, access_control, require)))
 
-    def copy_matching(self, query: Attributes, *, synchronizable: Synchronizable = None) -> Result:
-        return self._call("copyMatching", _encode_dict(_with_sync(query, synchronizable)), retry=True)
+    def copy_matching(self, query: Attributes, *, synchronizable: Synchronizable = None,
+                      auth_ui: Optional[str] = None, reason: Optional[str] = None) -> Result:
+        query = _with_auth_ui(_with_sync(query, synchronizable), auth_ui, reason)
+        return self._call("copyMatching", _encode_dict(query), retry=True)
 
     def update(self, query: Attributes, changes: Attributes, *, synchronizable: Synchronizable = None) -> None:
         self._call("update", _encode_dict(_with_sync(query, synchronizable)) + _encode_dict(changes))
@@ -558,7 +597,7 @@ class Connection:
                 message = r.blob().decode("utf-8")
                 kind = r.u8()
                 if status != 0:
-                    raise KeychainError(status, message or "keychaind returned %d" % status)
+                    raise _error(status, message or "keychaind returned %d" % status)
                 if kind == 0:
                     return None
                 if kind == 1:
@@ -579,13 +618,14 @@ class Connection:
                                         "lost the connection to keychaind mid-answer: %s" % e) from None
 
     # the common case
-    def get_password(self, service: str, account: str, *,
-                     synchronizable: Synchronizable = None) -> Optional[bytes]:
+    def get_password(self, service: str, account: str, *, synchronizable: Synchronizable = None,
+                     auth_ui: Optional[str] = None, reason: Optional[str] = None) -> Optional[bytes]:
         """The secret of a generic password, or None. A local one unless synchronizable says
-        otherwise (True: a synced one; SYNCHRONIZABLE_ANY: either)."""
+        otherwise (True: a synced one; SYNCHRONIZABLE_ANY: either). auth_ui and reason: as for
+        copy_matching, for a password that asks first."""
         try:
             return self.copy_matching({"class": "genp", "svce": service, "acct": account, "r_Data": True},
-                                      synchronizable=synchronizable)
+                                      synchronizable=synchronizable, auth_ui=auth_ui, reason=reason)
         except KeychainError as e:
             if e.status == Status.ITEM_NOT_FOUND:
                 return None
@@ -645,6 +685,10 @@ def _lp(b):
     return struct.pack("<I", len(b)) + b
 
 
-# The key API and the sync calls' answers; imported last because they build on what is above.
+# The key API, the sync calls' answers and access control; imported last because they build on
+# what is above.
+from .access_control import REQUIRE, AccessControl  # noqa: E402,F811
+from .access_control import with_access_control as _with_access_control  # noqa: E402
+from .access_control import with_auth_ui as _with_auth_ui  # noqa: E402
 from .keys import AgreementAlgorithm, EncryptionAlgorithm, Key, KeyType, SigningAlgorithm  # noqa: E402
 from .sync import SyncDevice, SyncFingerprints, SyncRemoval, SyncStatus  # noqa: E402
