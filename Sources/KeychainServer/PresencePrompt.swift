@@ -12,6 +12,9 @@ struct PromptRequest: Sendable, Equatable {
     let reason: String?
     /// For an authentication context (contextAuthenticate), not for one item.
     var forContext = false
+    /// What the caller wants when it is not one item's secret, in keychaind's own words
+    /// ("make a backup ..."); nil: the item named by `label`.
+    var purpose: String? = nil
 
     /// The most of a caller's text shown (in characters), so that it cannot push the
     /// program's name out of the dialog.
@@ -20,7 +23,9 @@ struct PromptRequest: Sendable, Equatable {
     var description: String {
         let program = executable.map { Self.shown($0, limit: 512) } ?? "a program whose executable cannot be read"
         var text = "\(program) (pid \(pid)) wants to use "
-        if forContext {
+        if let purpose {
+            text = "\(program) (pid \(pid)) wants to \(purpose)."
+        } else if forContext {
             text += "keychain items that ask first, for a while, without asking again."
         } else {
             text += label.map { "the keychain item \u{201C}\(Self.shown($0, limit: Self.shownLimit))\u{201D}." } ?? "a keychain item without a label."

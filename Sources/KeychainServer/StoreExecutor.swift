@@ -314,11 +314,29 @@ final class StoreExecutor: Sendable {
     /// A call that runs Argon2id holds the store's lock only to check it and copy what it needs,
     /// and to install the result: every other call goes on meanwhile.
     private func deriving(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
-        derivationGate.withLock { _ in
+        // A backup carries the secrets of items that ask first, readable with a password the
+        // caller chose: the person allows it as they allow a read (outside every lock).
+        var allowed = 0
+        if case .backupBegin = request, policy.isAdmin(caller) {
+            let asking: Int = store.withLock { (store) -> Int? in try? store.handler?.store.backupExporter.asksFirstCount() } ?? 0
+            if asking > 0 {
+                do {
+                    try confirmPresence(for: caller, label: nil, reason: nil,
+                                        purpose: "make a backup of this keychain that holds the secrets of \(asking) item(s) that ask first")
+                } catch {
+                    return Response(error: error)
+                }
+                allowed = asking
+            }
+        }
+        return derivationGate.withLock { _ in
             let step = store.withLock { $0.handler?.begin(request, from: caller, policy: policy) }
             guard case .derive(let derivation)? = step else {
                 if case .answered(let response)? = step { return response }
                 return Self.stopping
+            }
+            if case .backup(let contents, _) = derivation, contents.asksFirst > allowed {
+                return Response(error: KeychainError(.interactionNotAllowed, "an item that asks first was added as the backup began; run the backup again"))
             }
             let outcome = Result { () throws(KeychainError) in try derivation.run() }
             return locked { $0.finish(derivation, outcome, from: caller) }
@@ -451,11 +469,13 @@ final class StoreExecutor: Sendable {
 
     /// Asks the person at the machine to type the keychain passcode for `caller`. Never with
     /// the store's lock held: only each typed passcode's check takes it, as `unlock` does.
-    func confirmPresence(for caller: Caller, label: String?, reason: String?, forContext: Bool = false) throws(KeychainError) {
+    func confirmPresence(for caller: Caller, label: String?, reason: String?, forContext: Bool = false,
+                         purpose: String? = nil) throws(KeychainError) {
         guard let prompt = presencePrompt else {
             throw KeychainError(.interactionNotAllowed, "the item asks the person first, and keychaind has nowhere to ask: set a display or a terminal in [prompt] of keychaind.toml")
         }
-        let request = PromptRequest(executable: caller.executable, pid: caller.pid, label: label, reason: reason, forContext: forContext)
+        let request = PromptRequest(executable: caller.executable, pid: caller.pid, label: label, reason: reason,
+                                    forContext: forContext, purpose: purpose)
         try promptGate.withLock { (_) throws(KeychainError) in
             try prompt.ask(request) { (passcode) throws(KeychainError) in try self.checkPasscode(passcode) }
         }
