@@ -103,7 +103,16 @@ let commands: [Command] = [
         guard !changes.isEmpty else {
             throw UsageError(message: "nothing to change: give attribute options with --keep-secret")
         }
-        try c.connection().update(query, changes)
+        let connection = try c.connection()
+        do throws(KeychainError) {
+            try connection.update(query, changes)
+        } catch {
+            // Unlocked, this code is an item that asks first refusing the change: not a lock.
+            if error.status == .interactionNotAllowed, case .string("unlocked")? = try? connection.status()["state"] {
+                throw PromptOutcome(error: error, hint: "`keychain list` shows which items ask first; to change such an item's secret or class, delete it and add it again")
+            }
+            throw error
+        }
         c.printStatusJSON()
     },
     Command(spec: CommandSpec(name: "delete", summary: "Delete the matching items (every item only with --all) and say how many.",

@@ -48,4 +48,14 @@ struct CLIRequireTests {
         let unknown = try d.cli(["add", "--require", "fingerprint", "--service", "prod", "--account", "deploy"], input: bytes("t"))
         #expect(unknown.status == 64)
     }
+
+    @Test func updatingTheSecretOfAnItemThatAsksFirstSaysWhyRatherThanLocked() throws {
+        let prompt = try ScriptedPrompt(answers: [])
+        let d = prompt.daemon
+        #expect(try d.cli(["add", "--require", "presence", "--service", "prod", "--account", "deploy"], input: bytes("t")).status == 0)
+        let refused = try d.cli(["update", "--service", "prod", "--account", "deploy"], input: bytes("new"))
+        #expect(refused.status == 4)
+        #expect(refused.stderr.contains("delete it and add it again") && !refused.stderr.contains("keychain unlock"), "\(refused.stderr)")
+        #expect(prompt.prompts == 0)
+    }
 }
