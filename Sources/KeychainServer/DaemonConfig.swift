@@ -45,6 +45,8 @@ public struct DaemonConfig: Sendable, Equatable {
     public var credentialSocketPath: String?
     /// `[prompt]`: where the person is asked for items that ask first.
     public var prompt = PromptSettings()
+    /// `[metrics]`: the listener that serves a scraper; off unless `listen` is set.
+    public var metrics = MetricsSettings()
 
     public init() {}
 
@@ -140,9 +142,11 @@ public struct DaemonConfig: Sendable, Equatable {
                 for setting in settings.entries {
                     try config.prompt.apply(setting.key, setting.value, line: setting.keyPosition.line)
                 }
+            case ("metrics", .table(let settings)):
+                try config.metrics.read(settings, line: entry.value.position.line)
             case (_, .table):
                 throw ParseError(line: entry.value.position.line,
-                                 message: "unknown section [\(entry.key)]; the sections are [[app]], [sync] and [prompt]")
+                                 message: "unknown section [\(entry.key)]; the sections are [[app]], [sync], [prompt] and [metrics]")
             default:
                 try config.apply(entry.key, entry.value, line: n)
             }
@@ -340,6 +344,7 @@ public struct DaemonConfig: Sendable, Equatable {
         server.syncDatabase = syncDatabase
         server.credentialSocketPath = credentialSocketPath
         server.prompt = prompt
+        server.metrics = metrics
         server.lockPolicy.gracePeriod = Double(lockGraceSeconds)
         server.lockPolicy.autoLockAfter = Double(autoLockSeconds)
         server.lockPolicy.eraseAfterFailures = eraseAfterFailures

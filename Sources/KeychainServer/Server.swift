@@ -34,6 +34,8 @@ public struct ServerConfiguration: Sendable {
     public var credentialSocketPath: String?
     /// `[prompt]`: where items that ask first ask the person.
     public var prompt = PromptSettings()
+    /// `[metrics]`: the scraper's listener (MetricsListener), if `listen` is set.
+    public var metrics = MetricsSettings()
 
     public init(socketPath: String, store: StoreConfiguration) {
         self.socketPath = socketPath
@@ -60,6 +62,8 @@ public final class KeychainServer: LifecycleService, Sendable {
     private let credentials: CredentialSocket?
     /// Whether this daemon bound the credential socket's file (and so removes it at stop).
     private let ownsCredentialSocketFile: Bool
+    /// The scraper's listener (`[metrics] listen`), on a thread of its own.
+    private let metricsListener: MetricsListener?
 
     /// What the workers share: who is connected, who waits in accept, whether it is stopping.
     private struct State {
@@ -87,6 +91,8 @@ public final class KeychainServer: LifecycleService, Sendable {
             maxPerUID: configuration.maxConnectionsPerUID ?? ConnectionAdmission.defaultPerUID(maxConnections: configuration.maxConnections))))
         // A live daemon on the socket is refused before the store makes its state directory.
         if handed == nil { try Self.claimSocketPath(configuration.socketPath) }
+        // Before the item socket listens: once a client can connect, a scraper can too.
+        metricsListener = try configuration.metrics.listen.map { try MetricsListener(configuration.metrics, endpoint: $0) }
         let store = try ItemStore(configuration: configuration.store)
         if let handed {
             listener = handed
@@ -141,6 +147,9 @@ public final class KeychainServer: LifecycleService, Sendable {
         } else {
             credentials = nil
         }
+        if let endpoint = configuration.metrics.listen {
+            logger.notice("metrics served to scrapers on \(endpoint) (GET /metrics)")
+        }
         logger.info("keychaind ready", metadata: [
             "socket": "\(configuration.socketPath)\(handed == nil ? "" : " (from the service manager)")", "state": "\(configuration.store.stateDirectory)",
             "lock": "\(lockedAtStart ? "lockedSinceBoot" : "unlocked")",
@@ -183,6 +192,17 @@ public final class KeychainServer: LifecycleService, Sendable {
             thread.name = "keychaind-credentials"
             thread.start()
         }
+        if let metricsListener {
+            workersRunning.enter()
+            let wakeRead = wake.read
+            let executor = executor
+            let thread = Thread { [self] in
+                metricsListener.run(wake: wakeRead) { executor.metricsExposition() }
+                workersRunning.leave()
+            }
+            thread.name = "keychaind-metrics"
+            thread.start()
+        }
     }
 
     /// Returns once `shutdown()` has been called, every in-flight call has finished and the
@@ -194,6 +214,7 @@ public final class KeychainServer: LifecycleService, Sendable {
         if ownsCredentialSocketFile, let path = configuration.credentialSocketPath { unlink(path) }
         listener.close()
         credentials?.close()
+        metricsListener?.close()
         close(wake.read)
         close(wake.write)
         logger.info("keychaind stopped")

@@ -301,14 +301,19 @@ final class StoreExecutor: Sendable {
         guard policy.isAdmin(caller) else {
             return Response(error: KeychainError(.missingEntitlement, "metrics is an admin call; uid \(caller.uid) is not an admin of this keychaind"))
         }
+        return Response(result: .single(.data(SecretBytes(metricsExposition().utf8))))
+    }
+
+    /// The metrics' text exposition, its gauges read now: for an admin's op 45, or the
+    /// scraper's listener (MetricsListener), which the config alone opens.
+    func metricsExposition() -> String {
         let (locked, backlog) = store.withLock { (store) -> (Bool, Int?) in
             guard let handler = store.handler else { return (true, nil) }
             return (handler.machine.state != .unlocked, try? handler.store.replica.outbox.entries().count)
         }
         let lastPass = sync.loop.report?.status.lastSuccessfulPass
         let sinceSync = lastPass.map { (DaemonClock.system.wall() - absoluteTimeIntervalSince1970) - Double($0) / 1000 }
-        let text = metrics.exposition(locked: locked, outboxEntries: backlog, secondsSinceSync: sinceSync)
-        return Response(result: .single(.data(SecretBytes(text.utf8))))
+        return metrics.exposition(locked: locked, outboxEntries: backlog, secondsSinceSync: sinceSync)
     }
 
     /// A call that runs Argon2id holds the store's lock only to check it and copy what it needs,
