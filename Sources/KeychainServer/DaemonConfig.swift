@@ -47,6 +47,8 @@ public struct DaemonConfig: Sendable, Equatable {
     public var prompt = PromptSettings()
     /// `[metrics]`: the listener that serves a scraper; off unless `listen` is set.
     public var metrics = MetricsSettings()
+    /// `[expiry] sweep_seconds`: how often expired items are deleted (reads hide them anyway).
+    public var expirySweepSeconds = 300
 
     public init() {}
 
@@ -144,9 +146,21 @@ public struct DaemonConfig: Sendable, Equatable {
                 }
             case ("metrics", .table(let settings)):
                 try config.metrics.read(settings, line: entry.value.position.line)
+            case ("expiry", .table(let settings)):
+                for setting in settings.entries {
+                    let line = setting.keyPosition.line
+                    guard setting.key == "sweep_seconds" else {
+                        throw ParseError(line: line, message: "unknown key \(setting.key) in [expiry] (sweep_seconds)")
+                    }
+                    guard case .integer(let wide) = setting.value.kind, let seconds = Int(exactly: wide),
+                          DaemonConfig.sweepSecondsRange.contains(seconds) else {
+                        throw ParseError(line: line, message: "sweep_seconds in [expiry] must be an integer in \(DaemonConfig.sweepSecondsRange.lowerBound)...\(DaemonConfig.sweepSecondsRange.upperBound)")
+                    }
+                    config.expirySweepSeconds = seconds
+                }
             case (_, .table):
                 throw ParseError(line: entry.value.position.line,
-                                 message: "unknown section [\(entry.key)]; the sections are [[app]], [sync], [prompt] and [metrics]")
+                                 message: "unknown section [\(entry.key)]; the sections are [[app]], [sync], [prompt], [metrics] and [expiry]")
             default:
                 try config.apply(entry.key, entry.value, line: n)
             }
@@ -313,6 +327,10 @@ public struct DaemonConfig: Sendable, Equatable {
         }
     }
 
+    /// Each sweep opens every item of the unlocked classes under the store's lock: not more
+    /// often than each second, and at least daily.
+    static let sweepSecondsRange = 1...86_400
+
     static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
 
     /// The access policy this config describes; `source` names the file in messages.
@@ -345,6 +363,7 @@ public struct DaemonConfig: Sendable, Equatable {
         server.credentialSocketPath = credentialSocketPath
         server.prompt = prompt
         server.metrics = metrics
+        server.expirySweepSeconds = Double(expirySweepSeconds)
         server.lockPolicy.gracePeriod = Double(lockGraceSeconds)
         server.lockPolicy.autoLockAfter = Double(autoLockSeconds)
         server.lockPolicy.eraseAfterFailures = eraseAfterFailures

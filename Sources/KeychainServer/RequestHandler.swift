@@ -40,11 +40,14 @@ final class RequestHandler {
     /// When the next expiry sweep is due (monotonic): reads already hide expired items, so
     /// the sweep only reclaims them, and opening every item is not worth doing more often.
     private var nextSweep: Double
-    static let sweepInterval: Double = 300
+    /// `[expiry] sweep_seconds`.
+    private let sweepInterval: Double
+    static let defaultSweepInterval: Double = 300
 
     init(store: ItemStore, lockPolicy: LockPolicy, clock: DaemonClock = .system,
-         log: @escaping (String) -> Void) throws(KeychainError) {
+         sweepInterval: Double = RequestHandler.defaultSweepInterval, log: @escaping (String) -> Void) throws(KeychainError) {
         self.store = store
+        self.sweepInterval = sweepInterval
         self.clock = clock
         self.lockPolicy = lockPolicy
         self.log = log
@@ -368,7 +371,7 @@ final class RequestHandler {
         }
         apply(actions)
         if now >= nextSweep {
-            nextSweep = now + Self.sweepInterval
+            nextSweep = now + sweepInterval
             do {
                 let swept = try store.items.sweepExpired()
                 if swept > 0 { log("expiry sweep: \(swept) expired item(s) deleted") }

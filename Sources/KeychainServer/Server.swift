@@ -36,6 +36,8 @@ public struct ServerConfiguration: Sendable {
     public var prompt = PromptSettings()
     /// `[metrics]`: the scraper's listener (MetricsListener), if `listen` is set.
     public var metrics = MetricsSettings()
+    /// `[expiry] sweep_seconds`: seconds between expiry sweeps.
+    public var expirySweepSeconds: Double = 300
 
     public init(socketPath: String, store: StoreConfiguration) {
         self.socketPath = socketPath
@@ -139,7 +141,8 @@ public final class KeychainServer: LifecycleService, Sendable {
         executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
                                      audit: audit, syncDatabase: configuration.syncDatabase,
                                      prompt: PresencePrompt(configuration.prompt),
-                                     contextMaxAge: Double(configuration.prompt.contextMaxAge), log: { log.notice("\($0)") })
+                                     contextMaxAge: Double(configuration.prompt.contextMaxAge),
+                                     sweepInterval: configuration.expirySweepSeconds, log: { log.notice("\($0)") })
         if let credentialListener {
             credentials = CredentialSocket(listener: credentialListener, executor: executor) { warning, line in
                 if warning { log.warning("\(line)") } else { log.notice("\(line)") }

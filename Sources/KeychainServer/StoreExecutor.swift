@@ -110,6 +110,7 @@ final class StoreExecutor: Sendable {
     init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
          syncDatabase: String? = nil, syncTiming: SyncLoop.Timing = SyncLoop.Timing(), prompt: PresencePrompt? = nil,
          contextMaxAge: Double = Double(PromptSettings().contextMaxAge),
+         sweepInterval: Double = RequestHandler.defaultSweepInterval,
          useKey: @escaping @Sendable (PreparedKeyCall) -> Response = RequestHandler.answer,
          log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
         self.useKey = useKey
@@ -117,7 +118,7 @@ final class StoreExecutor: Sendable {
         presencePrompt = prompt
         contexts = AuthenticationContexts(maxAge: contextMaxAge)
         let reader = itemStore.splitReader
-        let handler = try RequestHandler(store: itemStore, lockPolicy: lockPolicy, log: log)
+        let handler = try RequestHandler(store: itemStore, lockPolicy: lockPolicy, sweepInterval: sweepInterval, log: log)
         let lockedAtStart = handler.isLocked
         store = PthreadMutex(Store(handler: handler, noticedLocked: lockedAtStart))
         settings = PthreadMutex(Settings(policy: policy, audit: audit, reader: reader))
