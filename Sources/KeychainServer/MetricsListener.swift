@@ -12,7 +12,9 @@ import KeychainProtocol
 /// oldest, so a flood costs a bounded number of descriptors and a scraper still gets through.
 final class MetricsListener: Sendable {
     private let listenerFD: Int32
-    private let endpoint: MetricsEndpoint
+    /// The Unix socket as bound: its path with no link in it, and its device and inode, so
+    /// that the stop removes this socket and nothing else put at that name.
+    private let boundSocket: (path: String, device: UInt64, inode: UInt64)?
 
     static let maxConnections = 8
     static let timeoutSeconds = 5
@@ -20,18 +22,29 @@ final class MetricsListener: Sendable {
     /// Binds and listens; throws with a message fit for the operator when it cannot, or when
     /// the socket's path is not safe to take (MetricsListener.claim).
     init(_ settings: MetricsSettings, endpoint: MetricsEndpoint) throws(KeychainError) {
-        self.endpoint = endpoint
         switch endpoint {
         case .unix(let path):
-            listenerFD = try Self.listenUnix(path: path, groupID: settings.groupID, groupName: settings.group)
+            let real = try Self.safeDirectory(of: path) + "/" + (path.split(separator: "/").last.map(String.init) ?? "")
+            listenerFD = try Self.listenUnix(path: real, groupID: settings.groupID, groupName: settings.group)
+            var st = stat()
+            guard lstat(real, &st) == 0 else {
+                _ = Glibc.close(listenerFD)
+                throw SystemCallError.current("lstat").keychainError("cannot find the metrics socket just made at \(real)")
+            }
+            boundSocket = (real, UInt64(st.st_dev), UInt64(st.st_ino))
         case .tcp(let address, let port):
             listenerFD = try Self.listenTCP(address: address, port: port)
+            boundSocket = nil
         }
     }
 
     /// Closes the listening socket and removes the socket file this listener made.
     func close() {
-        if case .unix(let path) = endpoint { unlink(path) }
+        var st = stat()
+        if let bound = boundSocket, lstat(bound.path, &st) == 0, st.st_mode & S_IFMT == S_IFSOCK,
+           UInt64(st.st_dev) == bound.device, UInt64(st.st_ino) == bound.inode {
+            unlink(bound.path)
+        }
         _ = Glibc.close(listenerFD)
     }
 
@@ -44,7 +57,6 @@ final class MetricsListener: Sendable {
     /// replaced only when nothing answers on it. bind itself never follows a link or reuses a
     /// file, so nothing can be slipped in between the check and the bind.
     static func listenUnix(path: String, groupID: gid_t?, groupName: String?) throws(KeychainError) -> Int32 {
-        try checkDirectory(of: path)
         try claim(path)
         guard let (named, length) = unixAddress(path) else { throw KeychainError(.param, "the metrics socket path \(path) is too long") }
         var address = named
@@ -78,20 +90,32 @@ final class MetricsListener: Sendable {
         return fd
     }
 
-    /// The directory that will hold the socket: a directory, owned by root or this uid, that no
-    /// one else may write to (or sticky, as /tmp, where no one else may remove what we made).
-    static func checkDirectory(of path: String) throws(KeychainError) {
-        let directory = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-        var st = stat()
-        guard stat(directory, &st) == 0 else {
-            throw SystemCallError.current("stat").keychainError("cannot use \(directory) for the metrics socket")
+    /// The directory that will hold the socket, with every link in its path resolved: it and
+    /// each directory above it owned by root or this uid and writable by no one else (or
+    /// sticky, as /tmp, where no one else may rename or remove what is not theirs). Then no
+    /// other user can swap the directory, or one above it, for theirs after the check.
+    static func safeDirectory(of path: String) throws(KeychainError) -> String {
+        let given = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        guard let resolved = realpath(given, nil) else {
+            throw SystemCallError.current("realpath").keychainError("cannot use \(given) for the metrics socket")
         }
-        guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError(.param, "\(directory) is not a directory: no place for the metrics socket") }
-        guard st.st_uid == 0 || st.st_uid == geteuid() else {
-            throw KeychainError(.param, "\(directory) belongs to uid \(st.st_uid): the metrics socket goes in a directory of root or of keychaind's uid")
-        }
-        guard st.st_mode & 0o022 == 0 || st.st_mode & S_ISVTX != 0 else {
-            throw KeychainError(.param, "\(directory) may be written by other users (mode \(String(st.st_mode & 0o7777, radix: 8))): they could replace the metrics socket; choose a directory only its owner writes")
+        let real = String(cString: resolved)
+        free(resolved)
+        var directory = real
+        while true {
+            var st = stat()
+            guard lstat(directory, &st) == 0 else {
+                throw SystemCallError.current("lstat").keychainError("cannot use \(directory) for the metrics socket")
+            }
+            guard st.st_mode & S_IFMT == S_IFDIR else { throw KeychainError(.param, "\(directory) is not a directory: no place for the metrics socket") }
+            guard st.st_uid == 0 || st.st_uid == geteuid() else {
+                throw KeychainError(.param, "\(directory) belongs to uid \(st.st_uid): the metrics socket goes in a directory of root or of keychaind's uid, below such directories only")
+            }
+            guard st.st_mode & 0o022 == 0 || st.st_mode & S_ISVTX != 0 else {
+                throw KeychainError(.param, "\(directory) may be written by other users (mode \(String(st.st_mode & 0o7777, radix: 8))): they could replace the metrics socket or its directory; choose a directory that only its owner writes, below such directories only")
+            }
+            guard directory != "/" else { return real }
+            directory = directory.lastIndex(of: "/").map { $0 == directory.startIndex ? "/" : String(directory[..<$0]) } ?? "/"
         }
     }
 

@@ -15,8 +15,8 @@ public enum MetricsEndpoint: Sendable, Equatable, CustomStringConvertible {
     static func parse(_ text: String) throws(Invalid) -> MetricsEndpoint {
         if text.hasPrefix("unix:") {
             let path = String(text.dropFirst(5))
-            guard path.hasPrefix("/"), !path.utf8.contains(0), path.utf8.count < 108 else {
-                throw Invalid("listen = \"unix:PATH\" needs an absolute path shorter than 108 bytes")
+            guard path.hasPrefix("/"), !path.hasSuffix("/"), !path.utf8.contains(0), path.utf8.count < 108 else {
+                throw Invalid("listen = \"unix:PATH\" needs an absolute path of a file, shorter than 108 bytes")
             }
             return .unix(path)
         }

@@ -213,6 +213,36 @@ struct MetricsListenerTests {
         #expect(r.status != 0 && r.stderr.contains("belongs to uid 65534"), "\(r.stderr)")
     }
 
+    @Test func aDirectoryAboveThatOtherUsersMayWriteIsRefused() throws {
+        let dir = try SocketDirectory()
+        let open = dir.path + "/open", inner = dir.path + "/open/inner"
+        #expect(mkdir(open, 0o777) == 0 && chmod(open, 0o777) == 0 && mkdir(inner, 0o700) == 0)
+        let r = try refusedStart(try unstarted(listening: inner + "/metrics.sock"))
+        #expect(r.status != 0 && r.stderr.contains("\(open) may be written by other users"), "\(r.stderr)")
+        #expect(access(inner + "/metrics.sock", F_OK) != 0)
+    }
+
+    @Test func aLinkOnTheWayIsResolvedAndTheSocketMadeWhereItLeads() throws {
+        let dir = try SocketDirectory()
+        let real = dir.path + "/real"
+        #expect(mkdir(real, 0o700) == 0 && symlink(real, dir.path + "/via") == 0)
+        let d = try daemon(listening: dir.path + "/via/metrics.sock")
+        var st = stat()
+        #expect(lstat(real + "/metrics.sock", &st) == 0 && st.st_mode & S_IFMT == S_IFSOCK)
+        #expect(try scrape(real + "/metrics.sock").http == "200")
+        d.stop()
+        #expect(access(real + "/metrics.sock", F_OK) != 0)
+    }
+
+    @Test func theStopLeavesWhatWasPutInTheSocketsPlace() throws {
+        let dir = try SocketDirectory()
+        let d = try daemon(listening: dir.socket)
+        #expect(unlink(dir.socket) == 0)
+        try "replacement".write(toFile: dir.socket, atomically: false, encoding: .utf8)
+        d.stop()
+        #expect((try? String(contentsOfFile: dir.socket, encoding: .utf8)) == "replacement")
+    }
+
     // MARK: clients that attack
 
     @Test func aSilentClientDoesNotBlockTheNextScrape() throws {

@@ -44,7 +44,7 @@ struct MetricsSettingsTests {
     }
 
     @Test func malformedListenValuesAreRefused() {
-        for value in ["unix:relative.sock", "tcp:127.0.0.1", "tcp:127.0.0.1:0", "tcp:127.0.0.1:65536", "tcp:[::1]9184",
+        for value in ["unix:relative.sock", "unix:/run/", "tcp:127.0.0.1", "tcp:127.0.0.1:0", "tcp:127.0.0.1:65536", "tcp:[::1]9184",
                       "http://127.0.0.1:9184", "/run/metrics.sock", "unix:/" + String(repeating: "a", count: 120)] {
             #expect(refusal("[metrics]\nallow_tcp = true\nlisten = \"\(value)\"\n") != nil, "\(value)")
         }
