@@ -55,6 +55,34 @@ struct ScrapeRequestTests {
         }
     }
 
+    @Test func everyPrefixOfAScrapersRequestWaitsAndOnlyTheWholeIsServed() {
+        let request = Array("GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n".utf8)
+        for count in 0..<request.count {
+            #expect(ScrapeRequest.parse(Array(request[..<count])) == .incomplete, "\(count) bytes")
+        }
+        #expect(ScrapeRequest.parse(request) == .metrics)
+    }
+
+    /// Arbitrary bytes (a fixed xorshift sequence, so a failure repeats): never a trap, and
+    /// never served unless they are a GET of /metrics.
+    @Test func arbitraryBytesAreRefusedOrWaitedOnNeverServed() {
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func next() -> UInt64 {
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            return state
+        }
+        let alphabet = Array("GET /metrics HTTP/1.1\r\n:Host \t\0\u{7F}\u{80}".utf8)
+        for _ in 0..<20_000 {
+            let count = Int(next() % 96)
+            let bytes = (0..<count).map { _ in next() % 4 == 0 ? UInt8(truncatingIfNeeded: next()) : alphabet[Int(next() % UInt64(alphabet.count))] }
+            if ScrapeRequest.parse(bytes) == .metrics {
+                #expect(bytes.starts(with: Array("GET /metrics HTTP/1.".utf8)), "\(bytes)")
+            }
+        }
+    }
+
     @Test func theAnswerSaysItsLengthAndCloses() {
         let text = String(decoding: ScrapeRequest.response(status: 200, body: "a 1\n", contentType: ScrapeRequest.expositionType), as: UTF8.self)
         #expect(text.hasPrefix("HTTP/1.1 200 OK\r\n"))
