@@ -96,6 +96,12 @@ public final class KeychainConnection: Sendable {
         try perform(Calls.changePasscode(old: SecretBytes(old), new: SecretBytes(new)))
     }
     public func removePasscode(current: [UInt8]) throws(KeychainError) { try perform(Calls.removePasscode(current: SecretBytes(current))) }
+    /// Unlocks through keychaind's own passcode prompt (op 53): the person types the passcode
+    /// there, so this process never holds it. Success at once when already unlocked;
+    /// errSecUserCanceled when the person cancels, errSecAuthFailed after wrong passcodes,
+    /// errSecInteractionNotAllowed when keychaind has nowhere to ask. A person takes time:
+    /// give the connection a `timeoutMs` longer than keychaind's prompt (120 s).
+    public func unlockPrompt() throws(KeychainError) { try perform(Calls.done(.unlockPrompt)) }
 
     // MARK: backup and restore (admin)
 

@@ -102,6 +102,10 @@ public enum Request: Sendable, Equatable {
     case contextAuthenticate(reference: [UInt8], reason: String)
     /// Ends the context `reference`.
     case contextInvalidate(reference: [UInt8])
+    /// Unlocks through keychaind's own passcode prompt (the PKCS#11 protected authentication
+    /// path, issue 30): the person types the passcode into keychaind's pinentry, so it never
+    /// passes through the caller. Made on the caller's own connection, never inside asCaller.
+    case unlockPrompt
 
     /// The longest fingerprint text accepted (32 digits with spaces between groups, and some slack).
     public static let maxFingerprintTextBytes = 128
@@ -139,6 +143,7 @@ public enum Request: Sendable, Equatable {
         case changeSubscribe = 47, attributeSecrets = 48
         // 49-52: authentication contexts (issue 29; 51 is not built yet).
         case contextCreate = 49, contextAuthenticate = 50, contextInvalidate = 52
+        case unlockPrompt = 53
     }
 
     public var operation: Operation {
@@ -189,6 +194,7 @@ public enum Request: Sendable, Equatable {
         case .contextCreate: .contextCreate
         case .contextAuthenticate: .contextAuthenticate
         case .contextInvalidate: .contextInvalidate
+        case .unlockPrompt: .unlockPrompt
         }
     }
 
@@ -204,6 +210,9 @@ public enum Request: Sendable, Equatable {
         // Lock state and the timing of every call: not for any local user (docs/security.md, "Metrics").
         case .metrics: true
         case .credentialLookup: true
+        // Not admin: the person types the passcode, not the caller; an app of the policy may ask
+        // (docs/security.md, "Unlock through keychaind's prompt").
+        case .unlockPrompt: false
         case .asCaller(_, _, let inner): inner.isAdministrative
         default: false
         }
@@ -308,7 +317,7 @@ public enum WireCodec {
             AttributeCodec.encode(q, into: &w)
             AttributeCodec.encode(c, into: &w)
         case .status, .lock, .syncStatus, .syncDevices, .syncNow, .syncLeave, .loginSlotRemove, .loginSlotStatus, .metrics, .changeSubscribe,
-             .contextCreate:
+             .contextCreate, .unlockPrompt:
             break
         case .contextAuthenticate(let reference, let reason):
             w.lengthPrefixed(reference)
@@ -505,6 +514,11 @@ public enum WireCodec {
                 request = .contextAuthenticate(reference: reference, reason: reason)
             default: request = .contextInvalidate(reference: try contextReference(&r))
             }
+        case .unlockPrompt:
+            // The prompt names the process on the other end of the connection: through the
+            // bridge that would be the bridge, not the app the person is asked about.
+            guard !nested else { throw KeychainError(.param, "unlockPrompt is made on the caller's own connection, not inside an asCaller") }
+            request = .unlockPrompt
         }
         return request
     }

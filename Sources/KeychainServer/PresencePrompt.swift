@@ -2,8 +2,8 @@ import KeychainModel
 import PersonPrompt
 
 /// What a prompt tells the person: which program asks (the executable the kernel reports for
-/// the connection, never a name the caller gives), for which item, and the caller's reason
-/// (`u_OpPrompt`). The label and the reason come from the caller, so they are shown escaped:
+/// the connection, never a name the caller gives), for which item (or to unlock the keychain:
+/// unlockPrompt, op 53), and the caller's reason (`u_OpPrompt`). The label and the reason come from the caller, so they are shown escaped:
 /// a newline or a direction override in them cannot draw a line that seems to be keychaind's.
 struct PromptRequest: Sendable, Equatable {
     let executable: String?
@@ -15,6 +15,15 @@ struct PromptRequest: Sendable, Equatable {
     /// What the caller wants when it is not one item's secret, in keychaind's own words
     /// ("make a backup ..."); nil: the item named by `label`.
     var purpose: String? = nil
+    /// Unlocking the whole keychain (op 53) rather than using one item.
+    var unlocks = false
+
+    /// The prompt of unlockPrompt (op 53): no item and no reason, since none is the caller's to give.
+    static func unlock(executable: String?, pid: Int32) -> PromptRequest {
+        var request = PromptRequest(executable: executable, pid: pid, label: nil, reason: nil)
+        request.unlocks = true
+        return request
+    }
 
     /// The most of a caller's text shown (in characters), so that it cannot push the
     /// program's name out of the dialog.
@@ -22,6 +31,7 @@ struct PromptRequest: Sendable, Equatable {
 
     var description: String {
         let program = executable.map { Self.shown($0, limit: 512) } ?? "a program whose executable cannot be read"
+        if unlocks { return "\(program) (pid \(pid)) wants to unlock the keychain.\nType the keychain passcode to unlock it for every program of yours." }
         var text = "\(program) (pid \(pid)) wants to use "
         if let purpose {
             text = "\(program) (pid \(pid)) wants to \(purpose)."
@@ -84,7 +94,9 @@ struct PresencePrompt: Sendable {
     /// Returns once a passcode passed `check`. errSecUserCanceled (-128) when the person
     /// cancels; `check`'s errSecAuthFailed after `tries` wrong ones (each shown, with any delay
     /// named, before the next try); errSecInteractionNotAllowed when pinentry cannot run.
-    func ask(_ request: PromptRequest, check: (SecretBytes) throws(KeychainError) -> Void) throws(KeychainError) {
+    /// `timeout`: seconds pinentry waits for the person before it gives up (pinentry's
+    /// SETTIMEOUT), which ends the prompt as a failure of the conversation (errSecIO).
+    func ask(_ request: PromptRequest, timeout: Int? = nil, check: (SecretBytes) throws(KeychainError) -> Void) throws(KeychainError) {
         let conversation: PinentryConversation
         do {
             conversation = try PinentryConversation(program: program, environment: environment)
@@ -96,6 +108,7 @@ struct PresencePrompt: Sendable {
             try conversation.command("OPTION ttyname=\(PinentryConversation.percentEncoded(tty))")
             try conversation.command("OPTION ttytype=\(PinentryConversation.percentEncoded(term))")
         }
+        if let timeout { try conversation.command("SETTIMEOUT \(timeout)") }
         try conversation.command("SETTITLE keychain")
         try conversation.command("SETDESC \(PinentryConversation.percentEncoded(request.description))")
         try conversation.command("SETPROMPT Passcode:")

@@ -342,6 +342,8 @@ final class RequestHandler {
             throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
         case .metrics:
             throw KeychainError(.internal, "metrics are answered by the executor, which holds them")
+        case .unlockPrompt:
+            throw KeychainError(.internal, "unlockPrompt asks the person: the executor runs it outside the handler")
         case .credentialLookup(let dict):
             return Response(result: .single(.attributes(try CredentialLookup(dict).run(in: store, policy: policy))))
         case .contextCreate, .contextAuthenticate, .contextInvalidate:
@@ -411,6 +413,26 @@ final class RequestHandler {
         defer { settle() }
         guard store.isCurrent(snapshot) else { throw KeybagChange.superseded }
         try counted(outcome.map { Derivation.Output.keybag($0) }) { (_) throws(KeychainError) in }
+    }
+
+    /// Whether unlockPrompt (op 53) has anything to ask: false when the keychain is unlocked or
+    /// has no passcode (then it answers success without asking); errSecAuthFailed during a
+    /// wrong-passcode delay, before any prompt, as `unlock` is refused.
+    func unlockPromptNeeded() throws(KeychainError) -> Bool {
+        noteActivity()
+        guard store.hasPasscode, machine.state != .unlocked else { return false }
+        try checkThrottle()
+        return true
+    }
+
+    /// The derivation of one passcode typed at unlockPrompt's prompt: `unlock`'s first step
+    /// without the caller's admin right (the person typed it, not the caller). `finish` then
+    /// counts and installs it exactly as `unlock`'s. nil: no passcode any more, so unlocked.
+    func promptedUnlock(_ passcode: SecretBytes) throws(KeychainError) -> Derivation? {
+        noteActivity()
+        guard store.hasPasscode else { return nil }
+        try checkThrottle()
+        return .unlock(store.keybagSnapshot(), passcode: passcode)
     }
 
     /// The escalating-delay schedule, before a passcode check: refused while a delay is in

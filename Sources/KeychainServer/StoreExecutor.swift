@@ -68,6 +68,11 @@ final class StoreExecutor: Sendable {
     private let promptGate = Mutex<Void>(())
     /// The authentication contexts of every connection (ops 49-52).
     let contexts: AuthenticationContexts
+    /// unlockPrompt's shared outcomes and its bound on unanswered prompts.
+    private let unlockPrompts = Mutex(UnlockPromptLedger())
+    /// How long pinentry waits for the person at an unlock prompt (the PKCS#11 module waits
+    /// longer for the answer: docs/pkcs11.md).
+    static let unlockPromptTimeout = 120
 
     /// What a config reload replaces: read once per call under its own lock, never the
     /// store's, so that it adds no contention on the hot path.
@@ -228,15 +233,17 @@ final class StoreExecutor: Sendable {
             if let refusal { return refusal }
             return sync.run(request, store: LockedStore(executor: self), admin: policy.isAdmin(caller))
         }
+        if case .unlockPrompt = request {
+            let response = unlockThroughPrompt(for: caller, policy: policy)
+            if response.status == 0 { unlocked() }
+            return response
+        }
         if request.derivesKey {
             let response = deriving(request, from: caller, policy: policy)
             timerWake.signal()
             switch request {
             case .unlock, .loginUnlock:
-                // ck, which the sync thread waits for, may be loaded now; rows that waited in
-                // the inbox for a class key can be applied.
-                sync.loop.startIfReady(store: LockedStore(executor: self))
-                sync.loop.wake()
+                unlocked()
             case .restoreCommit:
                 sync.loop.wake()  // restored synchronizable items queue pushes
                 // Restored items are not named one by one: subscribers re-read.
@@ -294,6 +301,14 @@ final class StoreExecutor: Sendable {
         notices.publish(changed)
         if queuedSync { sync.loop.wake() }
         return response
+    }
+
+    /// After a call that may have unlocked: ck, which the sync thread waits for, may be loaded
+    /// now; rows that waited in the inbox for a class key can be applied.
+    private func unlocked() {
+        timerWake.signal()
+        sync.loop.startIfReady(store: LockedStore(executor: self))
+        sync.loop.wake()
     }
 
     /// Op 45: the exposition, its gauges read now (admin only: lock state and the timing of
@@ -484,6 +499,72 @@ final class StoreExecutor: Sendable {
                                     forContext: forContext, purpose: purpose)
         try promptGate.withLock { (_) throws(KeychainError) in
             try prompt.ask(request) { (passcode) throws(KeychainError) in try self.checkPasscode(passcode) }
+        }
+    }
+
+    /// unlockPrompt (op 53): keychaind asks the person for the passcode on its own prompt,
+    /// naming the program the kernel reports, and unlocks as `unlock` does. Never with the
+    /// store's lock held while the prompt is shown. docs/protocol.md has the codes.
+    private func unlockThroughPrompt(for caller: Caller, policy: AccessPolicy) -> Response {
+        do throws(KeychainError) {
+            // Any app of the policy may ask (the person decides); a uid it does not know may not
+            // even show a dialog on this user's display.
+            if policy.scope(for: caller).groups.isEmpty && !policy.isAdmin(caller) {
+                throw KeychainError(.missingEntitlement, policy.refusal(for: caller))
+            }
+            guard try unlockPromptNeeded() else { return Response() }
+            guard let prompt = presencePrompt else {
+                throw KeychainError(.interactionNotAllowed, "the keychain is locked and keychaind has nowhere to ask for its passcode: set a display or a terminal in [prompt] of keychaind.toml, or run `keychain unlock`")
+            }
+            // The prompt names the program running now: a connection handed to a process that
+            // then exec'd another program must not be shown under the first one's name.
+            guard let executable = caller.executable, PeerProcess.executable(pid: caller.pid) == executable else {
+                throw KeychainError(.missingEntitlement, "the process that opened this connection no longer runs the executable it connected with (or hides it); connect again")
+            }
+            let ticket = try unlockPrompts.withLock { (ledger) throws(KeychainError) in try ledger.admit(at: DaemonClock.system.monotonic()) }
+            try promptGate.withLock { (_) throws(KeychainError) in
+                if let shared = unlockPrompts.withLock({ $0.sharedFailure(since: ticket) }) { throw shared }
+                // Unlocked by the prompt this caller waited for, or by anyone meanwhile.
+                guard try unlockPromptNeeded() else { return }
+                _ = try unlockPrompts.withLock { (ledger) throws(KeychainError) in try ledger.admit(at: DaemonClock.system.monotonic()) }
+                do throws(KeychainError) {
+                    try prompt.ask(.unlock(executable: executable, pid: caller.pid), timeout: Self.unlockPromptTimeout) {
+                        (passcode) throws(KeychainError) in try self.unlock(with: passcode, for: caller)
+                    }
+                    unlockPrompts.withLock { $0.record(nil, at: DaemonClock.system.monotonic()) }
+                } catch {
+                    let failure = error.status == .io
+                        ? KeychainError(.interactionNotAllowed, "the unlock prompt ended without an answer: \(error.message)")
+                        : error
+                    unlockPrompts.withLock { $0.record(failure, at: DaemonClock.system.monotonic()) }
+                    throw failure
+                }
+            }
+            return Response()
+        } catch {
+            return Response(error: error)
+        }
+    }
+
+    private func unlockPromptNeeded() throws(KeychainError) -> Bool {
+        try store.withLock { (store) throws(KeychainError) -> Bool in
+            guard let handler = store.handler else { throw StoreExecutor.stoppingError }
+            return try handler.unlockPromptNeeded()
+        }
+    }
+
+    /// One passcode typed at the unlock prompt: `unlock`'s steps (Argon2id outside the store's
+    /// lock, one derivation at a time), counted and installed as `unlock`'s, lock-state
+    /// notices included.
+    private func unlock(with passcode: SecretBytes, for caller: Caller) throws(KeychainError) {
+        try derivationGate.withLock { (_) throws(KeychainError) in
+            let derivation = try store.withLock { (store) throws(KeychainError) -> Derivation? in
+                guard let handler = store.handler else { throw StoreExecutor.stoppingError }
+                return try handler.promptedUnlock(passcode)
+            }
+            guard let derivation else { return }  // the passcode was removed meanwhile: unlocked
+            let outcome = Result { () throws(KeychainError) in try derivation.run() }
+            if let error = locked({ $0.finish(derivation, outcome, from: caller) }).error { throw error }
         }
     }
 
