@@ -158,7 +158,15 @@ let commands: [Command] = [
     },
     Command(spec: CommandSpec(name: "unlock", summary: "Unlock (admin): passcode from a no-echo prompt or one line of standard input.",
                               options: globalOptions,
-                              flags: jsonFlag + [("login", "Unlock through the login slot with the login password instead (what the PAM module does).")])) { c in
+                              flags: jsonFlag + [("login", "Unlock through the login slot with the login password instead (what the PAM module does)."),
+                                                 ("prompt", "Let keychaind ask for the passcode on its own prompt ([prompt] in keychaind.toml); any app may ask, not only admins.")])) { c in
+        if c.arguments.has("prompt") {
+            // The person may take up to keychaind's 120 s at its prompt: wait longer than that.
+            let connection = try c.connection()
+            try KeychainConnection(socketPath: connection.socketPath, timeoutMs: 180_000, trust: connection.trust).unlockPrompt()
+            c.printStatusJSON()
+            return
+        }
         if c.arguments.has("login") {
             var password = try SecretInput.passcode("Login password")
             defer { explicit_bzero(&password, password.count) }

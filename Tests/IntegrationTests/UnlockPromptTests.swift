@@ -92,6 +92,14 @@ struct UnlockPromptTests {
         expectStatus(.interactionNotAllowed) { try p.connection().unlockPrompt() }
     }
 
+    @Test func keychainUnlockPromptAsksThroughKeychaind() throws {
+        let p = try Self.locked(answers: [Self.passcode])
+        let r = try p.daemon.cli(["unlock", "--prompt"])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(try p.state() == .string("unlocked"))
+        #expect(p.said.contains("SETDESC \(Binaries.keychain) (pid "), "\(p.said)")
+    }
+
     /// Callers that wait while a prompt is shown take its outcome: one prompt, not one each.
     @Test func callersWaitingDuringACancelledPromptShareItsCancel() throws {
         let p = try Self.locked(answers: ["cancel"], waits: true)
@@ -128,6 +136,21 @@ struct UnlockPromptTests {
         }
         // The passcode typed at the terminal still unlocks meanwhile.
         #expect(try p.daemon.cli(["unlock"], input: bytes(Self.passcode + "\n")).status == 0)
+    }
+
+    /// The attack: another uid shows a dialog on this user's display. keychaind is one user's:
+    /// its socket is the user's alone, and even when opened to all, a uid its policy does not
+    /// know is refused before any prompt.
+    @Test func anotherUidCannotMakeThePromptAppear() throws {
+        let stranger = try MultiUserTests.user("kcapp-c")
+        let closed = try Self.locked(answers: [Self.passcode])
+        #expect(try closed.daemon.cli(["unlock", "--prompt"], asUser: stranger).status == Exit.unreachable)
+        let open = try Self.locked(answers: [Self.passcode], config: "socket_mode = \"0666\"\nadmin_uids = [0]")
+        let r = try open.daemon.cli(["unlock", "--prompt"], asUser: stranger)
+        #expect(r.status == Exit.denied, "\(r.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: closed.started))
+        #expect(!FileManager.default.fileExists(atPath: open.started))
+        #expect(try open.state() == .string("locked"))
     }
 
     /// The attack: a connection handed to a process that then runs another program (here a
