@@ -810,10 +810,15 @@ EXPORT CK_RV C_Login(CK_SESSION_HANDLE handle, CK_USER_TYPE user, unsigned char 
     else if (locked) {
         struct wire_writer w;
         struct wire_answer a;
-        wire_begin(&w, 53);  /* unlockPrompt: keychaind asks the person itself */
-        rv = !connected(s) || wire_call(&s->connection, &w, &a) ? CKR_DEVICE_REMOVED
-           : a.status == 0 ? CKR_OK : a.status == -128 ? CKR_FUNCTION_CANCELED
-           : a.status == -25293 ? CKR_PIN_INCORRECT : CKR_FUNCTION_NOT_SUPPORTED;
+        wire_begin(&w, OP_UNLOCK_PROMPT);  /* keychaind asks the person itself */
+        if (!connected(s)) rv = CKR_DEVICE_REMOVED;
+        else {
+            wire_await_person(&s->connection, 1);
+            rv = wire_call(&s->connection, &w, &a) ? CKR_DEVICE_REMOVED
+               : a.status == 0 ? CKR_OK : a.status == -128 ? CKR_FUNCTION_CANCELED
+               : a.status == -25293 ? CKR_PIN_INCORRECT : CKR_FUNCTION_NOT_SUPPORTED;
+            wire_await_person(&s->connection, 0);
+        }
         wire_free(&w);
         wire_answer_free(&a);
     } else rv = CKR_OK;

@@ -19,6 +19,8 @@
 /* A probe of whether keychaind is there at all (the slot calls): a host must not wait on it. */
 #define PROBE_TIMEOUT_MS 2000
 #define FRAME_TIMEOUT_MS 10000
+/* Longer than keychaind's unlock prompt (120 s): its answer, not ours, ends a prompt. */
+#define PERSON_TIMEOUT_MS 180000
 
 void wire_wipe(void *p, size_t n) {
     if (p) explicit_bzero(p, n);
@@ -316,6 +318,8 @@ int wire_connect(struct wire_connection *c) {
 }
 
 void wire_probe(struct wire_connection *c) { c->timeout_ms = PROBE_TIMEOUT_MS; }
+
+void wire_await_person(struct wire_connection *c, int awaiting) { c->timeout_ms = awaiting ? PERSON_TIMEOUT_MS : CALL_TIMEOUT_MS; }
 
 void wire_close(struct wire_connection *c) {
     if (c->fd >= 0) close(c->fd);

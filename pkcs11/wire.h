@@ -8,7 +8,7 @@
 
 enum {
     OP_COPY_MATCHING = 2, OP_STATUS = 5, OP_KEY_GENERATE = 24, OP_KEY_PUBLIC = 25,
-    OP_KEY_SIGN = 26, OP_KEY_AGREE = 28,
+    OP_KEY_SIGN = 26, OP_KEY_AGREE = 28, OP_UNLOCK_PROMPT = 53,
 };
 
 enum { VALUE_STRING = 1, VALUE_DATA = 2, VALUE_INT = 3, VALUE_BOOL = 4, VALUE_DATE = 5 };
@@ -87,6 +87,9 @@ int wire_socket_path(char *path, size_t size);
 int wire_connect(struct wire_connection *c);
 /* Gives the connection the short timeout of a probe. */
 void wire_probe(struct wire_connection *c);
+/* 1: the next answers wait for a person at keychaind's prompt (op 53), which keychaind ends
+ * after 120 s; 0: back to the daemon's own timeout. */
+void wire_await_person(struct wire_connection *c, int awaiting);
 void wire_close(struct wire_connection *c);
 /* Sends the request and reads one answer frame. 0 on success (the answer's status may still
  * be an error); -1 when the connection failed (it is then closed). */

@@ -695,3 +695,91 @@ def test_eight_threads_sign_at_once_each_in_its_own_session(daemon, conn, monkey
         assert failures == []
     finally:
         p11.C_Finalize(None)
+
+
+# MARK: the protected authentication path: keychaind asks for the passcode itself (op 53)
+
+FAKE_PINENTRY = os.path.join(ROOT, "Tests", "SecretServiceScripts", "fake_pinentry.py")
+PASSCODE = "correct horse"
+
+
+class PromptedKeychain:
+    """A keychaind with a passcode and a P-256 key, locked, whose [prompt] pinentry (the
+    scripted one the Swift tests use) answers `answers` in turn and logs what it was told."""
+
+    def __init__(self, start_daemon, root, answers):
+        self.log = os.path.join(root, "pinentry.log")
+        program = os.path.join(root, "pinentry")
+        with open(program, "w") as f:
+            f.write("#!/bin/sh\nFAKE_PINENTRY_ANSWERS='%s' FAKE_PINENTRY_LOG='%s' exec %s\n"
+                    % (",".join(answers), self.log, FAKE_PINENTRY))
+        os.chmod(program, 0o755)
+        self.daemon = start_daemon('[prompt]\npinentry = "%s"\ndisplay = ":99"\n' % program)
+        self.conn = Connection(self.daemon.socket)
+        self.conn.set_passcode(PASSCODE)
+        key = Key.generate(self.conn, KeyType.P256, "behind-the-lock")
+        self.key_id = key.attributes["klbl"].hex()
+        self.public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), key.public_key)
+        self.conn.lock()
+
+    def said(self):
+        return open(self.log).read() if os.path.exists(self.log) else ""
+
+    def state(self):
+        return self.conn.status()["state"]
+
+    def sign(self, scratch, *login):
+        message = os.path.join(scratch, "message")
+        with open(message, "wb") as f:
+            f.write(b"signed after keychaind asked")
+        signature = os.path.join(scratch, "sig")
+        return subprocess.run(["pkcs11-tool", "--module", MODULE] + list(login) +
+                              ["--sign", "--mechanism", "ECDSA-SHA256", "--id", self.key_id, "-i", message, "-o", signature],
+                              capture_output=True, timeout=120, env=dict(os.environ, KEYCHAIN_SOCKET=self.daemon.socket)), signature
+
+
+def test_pkcs11_tool_login_on_a_locked_keychain_signs_once_keychaind_asked_for_the_passcode(start_daemon, scratch):
+    k = PromptedKeychain(start_daemon, scratch, [PASSCODE])
+    result, signature = k.sign(scratch, "--login", "--login-type", "user")
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    raw = open(signature, "rb").read()
+    der = utils.encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+    k.public.verify(der, b"signed after keychaind asked", ec.ECDSA(hashes.SHA256()))
+    assert k.state() == "unlocked"
+    # The prompt named pkcs11-tool, the program the kernel reports, and never saw a PIN.
+    assert "SETDESC " + os.path.realpath(shutil.which("pkcs11-tool")) + " (pid " in k.said(), k.said()
+
+
+def test_a_cancelled_prompt_fails_the_login_with_CKR_FUNCTION_CANCELED(start_daemon, scratch):
+    k = PromptedKeychain(start_daemon, scratch, ["cancel"])
+    result, _ = k.sign(scratch, "--login")
+    assert result.returncode != 0
+    assert b"CKR_FUNCTION_CANCELED" in result.stderr, result.stderr
+    assert k.state() == "locked"
+
+
+def test_the_right_passcode_given_as_the_pin_is_never_taken_as_the_passcode(start_daemon, scratch):
+    k = PromptedKeychain(start_daemon, scratch, ["cancel"])
+    result, _ = k.sign(scratch, "--login", "--pin", PASSCODE)
+    assert result.returncode != 0
+    assert b"CKR_FUNCTION_CANCELED" in result.stderr, result.stderr
+    assert k.state() == "locked"
+    assert PASSCODE not in k.said()
+
+
+def test_c_logout_after_a_prompted_login_does_not_lock_the_keychain(start_daemon, scratch, monkeypatch):
+    k = PromptedKeychain(start_daemon, scratch, [PASSCODE])
+    monkeypatch.setenv("KEYCHAIN_SOCKET", k.daemon.socket)
+    p11 = Cryptoki()
+    assert p11.initialize() == CKR_OK
+    try:
+        rv, session = p11.open()
+        assert rv == CKR_OK
+        assert p11.lib.C_Login(ctypes.c_ulong(session), ctypes.c_ulong(1), None, ctypes.c_ulong(0)) == CKR_OK
+        assert k.state() == "unlocked"
+        assert p11.lib.C_Logout(ctypes.c_ulong(session)) == CKR_OK
+        assert k.state() == "unlocked"
+        [key] = p11.private_key(session, "behind-the-lock")
+        assert p11.sign(session, key, b"after the logout")[0] == CKR_OK
+    finally:
+        p11.C_Finalize(None)
