@@ -738,6 +738,13 @@ class PromptedKeychain:
                               capture_output=True, timeout=120, env=dict(os.environ, KEYCHAIN_SOCKET=self.daemon.socket)), signature
 
 
+def test_the_token_has_a_protected_authentication_path(daemon):
+    # CKF_PROTECTED_AUTHENTICATION_PATH, which OpenSC shows as a PIN pad: hosts log in with no PIN.
+    listing = keychaind_tool(daemon, "--list-token-slots")
+    assert listing.returncode == 0, listing.stderr
+    assert b"PIN pad present" in listing.stdout, listing.stdout
+
+
 def test_pkcs11_tool_login_on_a_locked_keychain_signs_once_keychaind_asked_for_the_passcode(start_daemon, scratch):
     k = PromptedKeychain(start_daemon, scratch, [PASSCODE])
     result, signature = k.sign(scratch, "--login", "--login-type", "user")
