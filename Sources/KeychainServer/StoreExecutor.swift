@@ -527,15 +527,24 @@ final class StoreExecutor: Sendable {
                 // Unlocked by the prompt this caller waited for, or by anyone meanwhile.
                 guard try unlockPromptNeeded() else { return }
                 _ = try unlockPrompts.withLock { (ledger) throws(KeychainError) in try ledger.admit(at: DaemonClock.system.monotonic()) }
+                // A wrong passcode that erased the keychain (erase_after_failures) ends the prompt:
+                // there is no passcode left to ask for.
+                var erased: KeychainError?
                 do throws(KeychainError) {
                     try prompt.ask(.unlock(executable: executable, pid: caller.pid), timeout: Self.unlockPromptTimeout) {
-                        (passcode) throws(KeychainError) in try self.unlock(with: passcode, for: caller)
+                        (passcode) throws(KeychainError) in
+                        do throws(KeychainError) {
+                            try self.unlock(with: passcode, for: caller)
+                        } catch where error.status == .authFailed && !self.hasPasscode() {
+                            erased = error
+                            throw KeychainError(.interactionNotAllowed, error.message)
+                        }
                     }
                     unlockPrompts.withLock { $0.record(nil, at: DaemonClock.system.monotonic()) }
                 } catch {
-                    let failure = error.status == .io
+                    let failure = erased ?? (error.status == .io
                         ? KeychainError(.interactionNotAllowed, "the unlock prompt ended without an answer: \(error.message)")
-                        : error
+                        : error)
                     unlockPrompts.withLock { $0.record(failure, at: DaemonClock.system.monotonic()) }
                     throw failure
                 }
@@ -544,6 +553,10 @@ final class StoreExecutor: Sendable {
         } catch {
             return Response(error: error)
         }
+    }
+
+    private func hasPasscode() -> Bool {
+        store.withLock { $0.handler?.store.hasPasscode ?? false }
     }
 
     private func unlockPromptNeeded() throws(KeychainError) -> Bool {

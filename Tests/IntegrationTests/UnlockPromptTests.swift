@@ -80,6 +80,18 @@ struct UnlockPromptTests {
         #expect(try p.state() == .string("locked"))
     }
 
+    @Test func aWrongPasscodeThatErasesTheKeychainEndsThePrompt() throws {
+        let p = try Self.locked(answers: ["a", "b", Self.passcode], config: "erase_after_failures = 2")
+        do {
+            try p.connection().unlockPrompt()
+            Issue.record("an erasing wrong passcode was answered with success")
+        } catch {
+            #expect(error.status == .authFailed)
+            #expect(error.message.contains("erased"), "\(error.message)")
+        }
+        #expect(p.getPins == 2, "\(p.said)")
+    }
+
     @Test func duringAWrongPasscodeDelayNoPromptIsShown() throws {
         let p = try Self.locked(answers: [Self.passcode])
         for _ in 0..<5 { _ = try p.daemon.cli(["unlock"], input: bytes("wrong\n")) }  // the fifth starts a 1 min delay
