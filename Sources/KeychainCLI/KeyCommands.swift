@@ -14,6 +14,7 @@ enum KeyCommands {
                                       ("label", "The key's label."),
                                       ("accessible", "when-unlocked (default), after-first-unlock, always, their -this-device-only forms, when-passcode-set-this-device-only."),
                                       ("access-group", "Access group (default: the caller's first group)."),
+                                      ("require", "presence or passcode: each signature, decryption and agreement asks for the keychain passcode at keychaind's prompt."),
                                   ],
                                   flags: jsonFlag + [
                                       ("extractable", "Let the key's bytes be read back (default: they never leave keychaind)."),
@@ -74,6 +75,12 @@ enum KeyCommands {
         if let name = try c.arguments.choice("accessible", Accessible.names) {
             accessibility = Protection.allCases.first { $0.name == name } ?? .whenUnlocked
         }
+        // Apple's userPresence (1) and devicePasscode (16): here both ask for the keychain passcode.
+        var accessControl: AccessControl?
+        if let required = try c.arguments.choice("require", ["presence", "passcode"]) {
+            accessControl = AccessControl(protection: accessibility, flags: required == "presence"
+                                          ? AccessControl.Flag.userPresence : AccessControl.Flag.devicePasscode)
+        }
         let label = try label(c)
         let connection = try c.connection()
         // Keys are named by label alone: a second key of one label makes `key sign` and `csr`
@@ -84,7 +91,7 @@ enum KeyCommands {
         let key = try KeychainKey.generate(type, label: label, accessibility: accessibility,
                                            accessGroup: c.arguments["access-group"], extractable: c.arguments.has("extractable"),
                                            applicationTag: c.arguments.has("ssh") ? KeychainKey.sshTag : nil,
-                                           connection: connection)
+                                           accessControl: accessControl, connection: connection)
         if c.json {
             Output.line(JSON.object(summary(key)))
         } else {

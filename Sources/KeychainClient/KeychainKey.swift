@@ -27,12 +27,15 @@ public struct KeychainKey: Sendable {
 
     // MARK: making and finding keys
 
-    /// A new private key, made inside keychaind and stored there.
+    /// A new private key, made inside keychaind and stored there. `accessControl` (Apple's
+    /// kSecAttrAccessControl) replaces `accessibility` when given: with userPresence or
+    /// devicePasscode, each signature, decryption and agreement asks the person first.
     public static func generate(_ type: KeyType, label: String, accessibility: Accessibility = .whenUnlocked,
                                 accessGroup: String? = nil, extractable: Bool = false, applicationTag: [UInt8]? = nil,
+                                accessControl: AccessControl? = nil,
                                 connection: KeychainConnection = KeychainConnection()) throws(KeychainError) -> KeychainKey {
         let item = attributes(type, label: label, accessibility: accessibility, accessGroup: accessGroup,
-                              extractable: extractable, applicationTag: applicationTag)
+                              extractable: extractable, applicationTag: applicationTag, accessControl: accessControl)
         return try key(try connection.perform(Calls.attributes(.keyGenerate(item), "key")), connection: connection)
     }
 
@@ -41,9 +44,10 @@ public struct KeychainKey: Sendable {
     public static func importPrivateKey(_ bytes: SecretBytes, type: KeyType, label: String,
                                         accessibility: Accessibility = .whenUnlocked, accessGroup: String? = nil,
                                         extractable: Bool = false, applicationTag: [UInt8]? = nil,
+                                        accessControl: AccessControl? = nil,
                                         connection: KeychainConnection = KeychainConnection()) throws(KeychainError) -> KeychainKey {
         var item = attributes(type, label: label, accessibility: accessibility, accessGroup: accessGroup,
-                              extractable: extractable, applicationTag: applicationTag)
+                              extractable: extractable, applicationTag: applicationTag, accessControl: accessControl)
         item["class"] = .string("keys")
         item["v_Data"] = .data(bytes)
         item["r_Attributes"] = .bool(true)
@@ -78,8 +82,12 @@ public struct KeychainKey: Sendable {
 
     /// A signature of `data`: Ed25519's 64 raw bytes, or P-256's DER X9.62 ECDSA signature (as
     /// Apple's SecKeyCreateSignature returns). Needs the key's sign flag and its class key.
-    public func sign(_ data: [UInt8], algorithm: KeySigningAlgorithm) throws(KeychainError) -> [UInt8] {
-        Array(try connection.perform(Calls.data(.keySign(query: reference, parameters: [
+    /// A key that asks first makes keychaind's prompt ask the person, showing `reason`
+    /// (u_OpPrompt); errSecUserCanceled when they decline.
+    public func sign(_ data: [UInt8], algorithm: KeySigningAlgorithm, reason: String? = nil) throws(KeychainError) -> [UInt8] {
+        var query = reference
+        if let reason { query["u_OpPrompt"] = .string(reason) }
+        return Array(try connection.perform(Calls.data(.keySign(query: query, parameters: [
             "algorithm": .string(algorithm.rawValue), "data": .data(data)]), "signature")))
     }
 
@@ -118,11 +126,16 @@ public struct KeychainKey: Sendable {
     var reference: AttributeDictionary { ["v_PersistentRef": .data(persistentRef)] }
 
     private static func attributes(_ type: KeyType, label: String, accessibility: Accessibility, accessGroup: String?,
-                                   extractable: Bool, applicationTag: [UInt8]?) -> AttributeDictionary {
+                                   extractable: Bool, applicationTag: [UInt8]?, accessControl: AccessControl?) -> AttributeDictionary {
         var item: AttributeDictionary = [
             "type": .int(type.attributeNumber), "kcls": .int(1), "labl": .string(label),
             "pdmn": .string(accessibility.rawValue), "extr": .int(extractable ? 1 : 0),
         ]
+        if let accessControl {
+            // accc carries the protection class; pdmn beside flags is a conflict (errSecParam).
+            item["pdmn"] = nil
+            item["accc"] = .string(accessControl.stored)
+        }
         if let accessGroup { item["agrp"] = .string(accessGroup) }
         if let applicationTag { item["atag"] = .data(applicationTag) }
         return item

@@ -360,6 +360,12 @@ public struct AccessControl: Sendable, Equatable {
     public let protection: Protection
     public let flags: UInt32
 
+    /// A protection class and flags as given (checked when an item is added with them).
+    public init(protection: Protection, flags: UInt32 = 0) {
+        self.protection = protection
+        self.flags = flags
+    }
+
     /// Apple's flag values (SecAccessControlCreateFlags).
     public enum Flag {
         public static let userPresence: UInt32 = 1 << 0
@@ -391,11 +397,11 @@ public struct AccessControl: Sendable, Equatable {
     /// The form kept in the item's attributes and returned in its results.
     public var stored: String { "\(protection.rawValue);\(flags)" }
 
-    /// What is not built yet of what Apple accepts: constraints on keys and certificates
-    /// (their use through the key calls), and the application password.
+    /// What is not built yet of what Apple accepts: constraints on certificates, and the
+    /// application password. Keys take them: their use (sign, decrypt, agree) asks first.
     func checkBuilt(for itemClass: ItemClass) throws(KeychainError) {
-        guard itemClass == .genericPassword || itemClass == .internetPassword else {
-            throw KeychainError(.unimplemented, "access-control constraints on \(itemClass.rawValue) items are not built yet (generic and internet passwords only)")
+        guard itemClass == .genericPassword || itemClass == .internetPassword || itemClass == .key else {
+            throw KeychainError(.unimplemented, "access-control constraints on \(itemClass.rawValue) items are not built yet (passwords and keys only)")
         }
         guard flags & Flag.applicationPassword == 0 else {
             throw KeychainError(.unimplemented, "the application password (2147483648) is not built yet")

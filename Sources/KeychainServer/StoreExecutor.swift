@@ -376,11 +376,30 @@ final class StoreExecutor: Sendable {
     /// other calls, so key users use every core and hold nobody up.
     private func usingKey(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
         switch store.withLock({ $0.handler?.begin(request, from: caller, policy: policy) }) {
-        case .useKey(let call)?: return useKey(call)
+        case .useKey(let call)?:
+            do throws(KeychainError) {
+                return useKey(try permitted(call, for: caller))
+            } catch {
+                return Response(error: error)
+            }
         case .answered(let response)?: return response
         case .derive?: return Response(error: KeychainError(.internal, "a key call asked for a key derivation"))
         case nil: return Self.stopping
         }
+    }
+
+    /// The one place where a key use whose key asks first (userPresence or devicePasscode)
+    /// gets the person's yes, after the store's lock is released: u_AuthUI Fail is
+    /// errSecInteractionNotAllowed, otherwise keychaind's prompt asks, once per use. An
+    /// authentication context (u_CredRef, ops 49-52, not built yet) will be checked here
+    /// first, so that a use within one skips the prompt.
+    private func permitted(_ call: PreparedKeyCall, for caller: Caller) throws(KeychainError) -> PreparedKeyCall {
+        guard let question = call.question else { return call }
+        guard question.mayAsk else {
+            throw KeychainError(.interactionNotAllowed, "the key asks the person first, and the call said not to ask (u_AuthUI Fail)")
+        }
+        try confirmPresence(for: caller, label: question.label, reason: question.reason)
+        return call.allowedByPerson()
     }
 
     /// A read holds the lock only for its SQL lookups: parsing before them, and decryption and

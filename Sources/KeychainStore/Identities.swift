@@ -54,8 +54,19 @@ struct Identities {
     }
 
     /// CopyMatching of class idnt: the join and its result, in one hold of the store.
+    /// An identity whose key asks first gives no key bytes: asking from inside this one hold
+    /// of the lock is not built, so u_AuthUI Skip leaves it out and anything else is
+    /// errSecInteractionNotAllowed (its key's use asks, through the key calls).
     func copyMatching(_ query: ItemQuery, groups: [String]) throws(KeychainError) -> QueryResult {
-        try result(try find(query, groups: groups, limit: query.limit.maxRows), query: query)
+        var found = try find(query, groups: groups, limit: query.limit.maxRows)
+        if query.returnData, found.contains(where: \.key.secretAsksPerson) {
+            guard query.authenticationUI == .skip else {
+                throw KeychainError(.interactionNotAllowed, "an identity's key asks the person first, and reading identities does not ask yet: read the certificate, and use the key through the key calls")
+            }
+            found.removeAll(where: \.key.secretAsksPerson)
+            guard !found.isEmpty else { throw KeychainError(.itemNotFound, "the matching identities' keys ask the person first (left out under u_AuthUI Skip)") }
+        }
+        return try result(found, query: query)
     }
 
     /// Key attributes overlaid by the certificate's; v_Data is the key, certdata the certificate.

@@ -175,13 +175,13 @@ public struct SplitReader: Sendable {
                 corrupt += 1
             }
         }
-        if query.returnData, let first = items.first(where: \.asksPerson) {
+        if query.returnData, let first = items.first(where: \.secretAsksPerson) {
             if !consent.confirmed, let presence = consent.presence, try presence.confirmedBefore() { consent.confirmed = true }
             switch query.authenticationUI {
             case _ where consent.confirmed:
                 break
             case .skip:
-                items.removeAll(where: \.asksPerson)
+                items.removeAll(where: \.secretAsksPerson)
             case .fail:
                 throw KeychainError(.interactionNotAllowed, "the item asks the person first, and the call said not to ask (u_AuthUI Fail)")
             case .allow:

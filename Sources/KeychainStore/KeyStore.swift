@@ -35,11 +35,20 @@ public struct KeyStore {
     /// none matches; errSecInteractionNotAllowed while its class key is locked; errSecParam
     /// when the flag is off or the item is not a key keychaind can use.
     public func privateKey(_ dict: AttributeDictionary, usage: String?, scope: AccessScope) throws(KeychainError) -> PrivateKey {
+        try openedKey(dict, usage: usage, scope: scope).key
+    }
+
+    /// The private key as `privateKey` finds it, with the question its use must ask first when
+    /// its item has userPresence or devicePasscode (nil otherwise).
+    func openedKey(_ dict: AttributeDictionary, usage: String?, scope: AccessScope) throws(KeychainError) -> (key: PrivateKey, question: KeyUseQuestion?) {
         var query = dict
         query["class"] = .string(ItemClass.key.rawValue)
         // A persistent reference names one item and may not be joined by attributes.
         if query["v_PersistentRef"] == nil { query["kcls"] = .int(KeyItem.privateKeyClass) }
         let parsed = try ItemQuery(query, for: .copyMatching)
+        if parsed.authenticationUI == .skip {
+            throw KeychainError(.param, "u_AuthUI Skip is for copyMatching only; a key call may Allow or Fail")
+        }
         let groups = try scope.groups(naming: parsed.accessGroup)
         let plan = store.items.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
         let (items, corrupt) = try store.items.find(plan, limit: 1, withAttributes: true)
@@ -51,7 +60,18 @@ public struct KeyStore {
         if let usage, item.attributes[usage] != .int(1) {
             throw KeychainError(.param, "the key's \(KeyItem.usageName[usage] ?? usage) is off: algorithm not supported by the key")
         }
-        return try PrivateKey(stored: item.data, type: type)
+        let question = item.asksPerson
+            ? KeyUseQuestion(label: item.attributes["labl"]?.stringValue, reason: parsed.operationPrompt,
+                             mayAsk: parsed.authenticationUI == .allow)
+            : nil
+        return (try PrivateKey(stored: item.data, type: type), question)
+    }
+
+    /// A use of the private key that its constraint covers (sign, decrypt, agree): carries the
+    /// question when the key asks first.
+    private func constrainedUse(_ query: AttributeDictionary, usage: String, scope: AccessScope, _ use: PreparedKeyCall.Use) throws(KeychainError) -> PreparedKeyCall {
+        let (key, question) = try openedKey(query, usage: usage, scope: scope)
+        return PreparedKeyCall(key: key, use: use, question: question)
     }
 
     public func publicKey(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
@@ -76,7 +96,7 @@ public struct KeyStore {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.signingAlgorithm()
         let data = try call.bytes("data")
-        return PreparedKeyCall(key: try privateKey(query, usage: "sign", scope: scope), use: .sign(data, algorithm))
+        return try constrainedUse(query, usage: "sign", scope: scope, .sign(data, algorithm))
     }
 
     /// Needs no flag: verification uses only the public key, which anyone may have.
@@ -113,8 +133,7 @@ public struct KeyStore {
             size = Int(n)
         }
         let sharedInfo = parameters["sharedInfo"] == nil ? [] : try call.bytes("sharedInfo")
-        return PreparedKeyCall(key: try privateKey(query, usage: "drve", scope: scope),
-                               use: .agree(peer, algorithm, requestedSize: size, sharedInfo: sharedInfo))
+        return try constrainedUse(query, usage: "drve", scope: scope, .agree(peer, algorithm, requestedSize: size, sharedInfo: sharedInfo))
     }
 
     // MARK: encryption (docs/keys.md, Encryption; docs/protocol.md, ops 29 and 30)
@@ -157,7 +176,7 @@ public struct KeyStore {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.encryptionAlgorithm()
         let ciphertext = try call.bytes("data")
-        return PreparedKeyCall(key: try privateKey(query, usage: "decr", scope: scope), use: .decrypt(ciphertext, algorithm))
+        return try constrainedUse(query, usage: "decr", scope: scope, .decrypt(ciphertext, algorithm))
     }
 
     /// errSecItemNotFound unless the query finds, in the caller's groups, a private key of
@@ -214,6 +233,24 @@ public struct PreparedKeyCall: Sendable {
     /// nil only for an encryption to a public key the caller gave.
     let key: PrivateKey?
     let use: Use
+    /// What the person must be asked before the key is used (its item asks first); nil: nothing.
+    public let question: KeyUseQuestion?
+    /// The person said yes to this one use (`allowedByPerson`).
+    private var allowed = false
+
+    init(key: PrivateKey?, use: Use, question: KeyUseQuestion? = nil) {
+        self.key = key
+        self.use = use
+        self.question = question
+    }
+
+    /// This call, once the person at the prompt allowed it: only then does a key that asks
+    /// first sign, decrypt or agree, whatever path runs the call.
+    public func allowedByPerson() -> PreparedKeyCall {
+        var call = self
+        call.allowed = true
+        return call
+    }
 
     /// The call's answer, as the daemon sends it: data, or for a verification `valid`.
     public func run() throws(KeychainError) -> ItemResult {
@@ -229,6 +266,9 @@ public struct PreparedKeyCall: Sendable {
 
     /// The answer of every call but a verification.
     func data() throws(KeychainError) -> SecretBytes {
+        if question != nil && !allowed {
+            throw KeychainError(.interactionNotAllowed, "this key is used only after the person at the machine types the keychain passcode, and nobody was asked")
+        }
         switch use {
         case .publicKey:
             return SecretBytes(try opened().publicKey)
@@ -251,6 +291,15 @@ public struct PreparedKeyCall: Sendable {
         guard let key else { throw KeychainError(.internal, "a key call without its key") }
         return key
     }
+}
+
+/// What a key use asks the person before it runs (docs/security.md, "Items that ask first"):
+/// the key's label and the caller's `u_OpPrompt`, shown escaped at keychaind's prompt.
+public struct KeyUseQuestion: Sendable, Equatable {
+    public let label: String?
+    public let reason: String?
+    /// False under u_AuthUI Fail: errSecInteractionNotAllowed instead of asking.
+    public let mayAsk: Bool
 }
 
 /// The parameters dictionary of a key call (docs/protocol.md): named values, checked here.

@@ -121,7 +121,7 @@ public struct SecItems {
     static func result(for items: [StoredItem], query: ItemQuery, single: Bool, confirmed: Bool = false) throws(KeychainError) -> QueryResult {
         let wanted = [query.returnData, query.returnAttributes, query.returnPersistentRef].filter { $0 }.count
         guard wanted > 0 else { return single ? .none : .list([]) }
-        if query.returnData && !confirmed, items.contains(where: \.asksPerson) {
+        if query.returnData && !confirmed, items.contains(where: \.secretAsksPerson) {
             throw KeychainError(.interactionNotAllowed, "this item's secret is read only after the person at the machine types the keychain passcode, and nobody can be asked here")
         }
         // A non-extractable key's bytes are never an answer: left out of a dictionary, and a

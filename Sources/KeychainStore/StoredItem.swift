@@ -28,6 +28,10 @@ struct StoredItem {
     /// Whether its secret is handed out only after the person said so (docs/security.md,
     /// "Items that ask first").
     var asksPerson: Bool { AccessControl.asksPerson(accessFlags) }
+
+    /// Whether handing out its secret needs the person's yes. A non-extractable key's bytes
+    /// never leave keychaind, so a read of it asks nothing; its use does (the key calls).
+    var secretAsksPerson: Bool { asksPerson && !KeyItem.isSealed(self) }
 }
 
 /// The 16 bytes behind a persistent reference: the creation time in milliseconds since 2001

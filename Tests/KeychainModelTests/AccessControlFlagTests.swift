@@ -3,9 +3,9 @@ import Testing
 
 /// kSecAttrAccessControl's flags, checked with Apple's rules (SecAccessControlCreateWithFlags;
 /// shared/reference/keychain-semantics.md 3.4), each combination with the code Apple gives.
-/// What Apple accepts is stored with the item (generic and internet passwords), except what is
-/// not built yet (the application password, constraints on keys): errSecUnimplemented, never
-/// an item stored without its constraint.
+/// What Apple accepts is stored with the item (passwords and keys), except what is not built
+/// yet (the application password, constraints on certificates): errSecUnimplemented, never an
+/// item stored without its constraint.
 @Suite("Access-control flags (issue 29)")
 struct AccessControlFlagTests {
     static func addStatus(_ accc: String, sync: Bool = false) -> KeychainStatus? {
@@ -30,8 +30,15 @@ struct AccessControlFlagTests {
         #expect(Self.addStatus(accc) == .unimplemented)
     }
 
-    @Test func constraintsOnKeysAreNotBuiltYet() {
-        #expect(queryStatus(["class": .string("keys"), "accc": .string("ak;1")], for: .add) == .unimplemented)
+    /// A key's constraint governs its use (sign, decrypt, agree: docs/semantics.md).
+    @Test(arguments: ["ak;1", "ak;16", "ak;1073741825", "aku;1073741840"])
+    func keysAreKeptWithTheirConstraint(accc: String) throws {
+        let query = try ItemQuery(["class": .string("keys"), "accc": .string(accc)], for: .add)
+        #expect(query.attributes["accc"] == .string(accc))
+    }
+
+    @Test func constraintsOnCertificatesAreNotBuiltYet() {
+        #expect(queryStatus(["class": .string("cert"), "accc": .string("ak;1")], for: .add) == .unimplemented)
     }
 
     @Test func anUpdateCannotSetConstraintsYet() {

@@ -1,0 +1,132 @@
+import Foundation
+import KeychainClient
+import KeychainModel
+import KeychainProtocol
+import Testing
+
+/// Keys whose access control asks the person first (issue 29): each signature, decryption and
+/// key agreement asks at keychaind's prompt, against the real daemon with the scripted
+/// pinentry of ItemsThatAskFirstTests, whose log holds one SETDESC per prompt.
+@Suite("Keys that ask first")
+struct KeysThatAskFirstTests {
+    static let presence = AccessControl(protection: .whenUnlocked, flags: AccessControl.Flag.userPresence)
+    static let passcode = AccessControl(protection: .whenUnlocked, flags: AccessControl.Flag.devicePasscode)
+
+    static func prompts(_ log: String) -> Int {
+        ItemsThatAskFirstTests.said(log).components(separatedBy: "\n").filter { $0.hasPrefix("SETDESC ") }.count
+    }
+
+    /// One call's status, sent as is (a query with u_AuthUI, which KeychainKey does not send).
+    static func status(_ d: RunningDaemon, _ request: Request) throws -> Int32 {
+        let socket = try UnixSocket.connect(path: d.socketPath)
+        defer { socket.close() }
+        try socket.writeAll(WireCodec.frame(request))
+        let payload = try #require(try Frame.read(from: socket, idleTimeoutMs: 30_000, frameTimeoutMs: 30_000))
+        return try WireCodec.decodeResponse(payload).status
+    }
+
+    static let signEd25519: AttributeDictionary = ["algorithm": .string(KeySigningAlgorithm.ed25519.rawValue), "data": .data([1, 2, 3])]
+
+    @Test func eachSignatureAsksOnceNamingTheKeyAndTheReason() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let key = try KeychainKey.generate(.ed25519, label: "release signing", accessControl: Self.presence, connection: c)
+        #expect(key.attributes["accc"] == .string("ak;1"))
+        #expect(Self.prompts(log) == 0)  // making it and reading its public key ask nothing
+        for n in 1...2 {
+            let signature = try key.sign([UInt8]("v\(n)".utf8), algorithm: .ed25519, reason: "tag release \(n)")
+            #expect(try key.verify(signature, for: [UInt8]("v\(n)".utf8), algorithm: .ed25519))
+            #expect(Self.prompts(log) == n)
+        }
+        let said = ItemsThatAskFirstTests.said(log)
+        #expect(said.contains("wants to use the keychain item \u{201C}release signing\u{201D}.%0AIts reason: tag release 2"), "\(said)")
+    }
+
+    @Test func aKeyOfDevicePasscodeAsksToDecryptButNotToEncryptVerifyOrShowItsPublicKey() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let key = try KeychainKey.generate(.p256, label: "mail", accessControl: Self.passcode, connection: c)
+        #expect(key.attributes["accc"] == .string("ak;16"))
+        let ciphertext = try key.encrypt(SecretBytes(Array("hello".utf8)))
+        #expect(try !key.verify([0x30, 0x06, 0x02, 0x01, 0x01, 0x02, 0x01, 0x01], for: [1], algorithm: .ecdsaMessageX962SHA256))
+        #expect(Self.prompts(log) == 0)
+        #expect(Array(try key.decrypt(ciphertext)) == Array("hello".utf8))
+        #expect(Self.prompts(log) == 1)
+    }
+
+    @Test func aKeyAgreementAsks() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let key = try KeychainKey.generate(.x25519, label: "agree", accessControl: Self.presence, connection: c)
+        let peer = try KeychainKey.generate(.x25519, label: "peer", connection: c)
+        let shared = try key.agree(with: peer.publicKey)
+        #expect(Self.prompts(log) == 1)
+        #expect(Array(shared) == Array(try peer.agree(with: key.publicKey)))
+        #expect(Self.prompts(log) == 1)  // the peer's key asks nothing
+    }
+
+    @Test func anImportedKeyKeepsItsConstraintAndAsks() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let key = try KeychainKey.importPrivateKey(SecretBytes([UInt8](repeating: 7, count: 32)), type: .ed25519, label: "imported",
+                                                   accessControl: Self.presence, connection: c)
+        #expect(key.attributes["accc"] == .string("ak;1"))
+        _ = try key.sign([1], algorithm: .ed25519)
+        #expect(Self.prompts(log) == 1)
+    }
+
+    @Test func thePersonCancellingIsUserCanceledAndNoSignatureIsMade() throws {
+        let (d, _) = try ItemsThatAskFirstTests.daemon(answers: ["cancel"])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let key = try KeychainKey.generate(.ed25519, label: "k", accessControl: Self.presence, connection: c)
+        expectStatus(.userCanceled) { _ = try key.sign([1], algorithm: .ed25519) }
+    }
+
+    @Test func failIsInteractionNotAllowedWithoutAskingAndSkipIsParam() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let key = try KeychainKey.generate(.ed25519, label: "k", accessControl: Self.presence, connection: c)
+        let ref: AttributeValue = .data(key.persistentRef)
+        #expect(try Self.status(d, .keySign(query: ["v_PersistentRef": ref, "u_AuthUI": .string("u_AuthUIF")], parameters: Self.signEd25519))
+                == KeychainStatus.interactionNotAllowed.rawValue)
+        #expect(try Self.status(d, .keySign(query: ["v_PersistentRef": ref, "u_AuthUI": .string("u_AuthUIS")], parameters: Self.signEd25519))
+                == KeychainStatus.param.rawValue)
+        #expect(Self.prompts(log) == 0)
+    }
+
+    @Test func withNowhereToAskASignatureIsInteractionNotAllowed() throws {
+        let (d, _) = try ItemsThatAskFirstTests.daemon(answers: [], prompt: false)
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let key = try KeychainKey.generate(.ed25519, label: "k", accessControl: Self.presence, connection: c)
+        expectStatus(.interactionNotAllowed) { _ = try key.sign([1], algorithm: .ed25519) }
+    }
+
+    /// A non-extractable key's bytes never leave, so reading it asks nothing; an extractable
+    /// one's bytes are a secret like a password's, read after the person's yes.
+    @Test func readingAKeyAsksOnlyWhenItsBytesWouldLeave() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let sealed = try KeychainKey.generate(.ed25519, label: "sealed", accessControl: Self.presence, connection: c)
+        let found = try c.copyMatching(["v_PersistentRef": .data(sealed.persistentRef), "r_Attributes": .bool(true), "r_Data": .bool(true)])
+        guard case .single(.attributes(let attributes)) = found else { Issue.record("\(found)"); return }
+        #expect(attributes["v_Data"] == nil)
+        #expect(Self.prompts(log) == 0)
+        let open = try KeychainKey.generate(.ed25519, label: "open", extractable: true, accessControl: Self.presence, connection: c)
+        let bytes = try c.copyMatching(["v_PersistentRef": .data(open.persistentRef), "r_Data": .bool(true)])
+        guard case .single(.data(let seed)) = bytes else { Issue.record("\(bytes)"); return }
+        #expect(seed.count == 32)
+        #expect(Self.prompts(log) == 1)
+    }
+
+    @Test func theCLIsRequirePresenceMakesAKeyThatAsks() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let made = try d.cli(["key", "generate", "--type", "ed25519", "--label", "cli-key", "--require", "presence"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let c = KeychainConnection(socketPath: d.socketPath)
+        #expect(try KeychainKey.find(label: "cli-key", connection: c).first?.attributes["accc"] == .string("ak;1"))
+        let signed = try d.cli(["key", "sign", "--label", "cli-key"], input: [1, 2, 3])
+        #expect(signed.status == 0, "\(signed.stderr)")
+        #expect(Self.prompts(log) == 1)
+        #expect(try d.cli(["key", "generate", "--type", "ed25519", "--label", "x", "--require", "biometry"]).status != 0)
+    }
+}
