@@ -7,9 +7,11 @@ public protocol AgentKeySource: Sendable {
     /// The keys offered for SSH, with the comments ssh-add shows.
     func identities() throws(KeychainError) -> [AgentIdentity]
     /// Signs `data` as SSH defines for the key's type (Ed25519 over the data itself, ECDSA
-    /// over its SHA-256). errSecItemNotFound when the source has no such SSH key.
-    func sign(_ data: [UInt8], with key: SSHPublicKey) throws(KeychainError) -> SSHSignature
+    /// over its SHA-256). errSecItemNotFound when the source has no such SSH key. `reason`
+    /// says who asked, for the prompt of a key that asks the person first.
+    func sign(_ data: [UInt8], with key: SSHPublicKey, reason: String) throws(KeychainError) -> SSHSignature
     /// Stores a key ssh-add sent, so that it is offered from now on. errSecDuplicateItem when
-    /// the source holds it already.
-    func add(_ key: SSHPrivateKey, comment: String) throws(KeychainError)
+    /// the source holds it already. `confirmEachUse` (ssh-add -c): each signature with it asks
+    /// the person first.
+    func add(_ key: SSHPrivateKey, comment: String, confirmEachUse: Bool) throws(KeychainError)
 }

@@ -58,6 +58,15 @@ public final class AgentServer: Sendable {
         return peer.uid == getuid() || peer.uid == 0
     }
 
+    /// The executable /proc/PID/exe names, or nil when it cannot be read (the process is gone,
+    /// or is not dumpable). Only shown to the person: the pid may be reused by then.
+    static func executable(of pid: Int32) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/\(pid)/exe", &buffer, buffer.count - 1)
+        guard n > 0 else { return nil }
+        return String(decoding: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     func serve(_ connection: UnixSocket) {
         let peer = PeerCredentials.of(connection)
         guard Self.admits(peer) else {
@@ -74,7 +83,7 @@ public final class AgentServer: Sendable {
                 return
             }
             do {
-                try connection.writeAll(AgentFrame.frame(agent.answer(message).message))
+                try connection.writeAll(AgentFrame.frame(agent.answer(message, from: peer).message))
             } catch {
                 return
             }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import KeychainModel
+import KeychainProtocol
 import Synchronization
 
 /// The agent's answers to requests, over a key source (docs/ssh-agent.md says what each
@@ -31,7 +32,8 @@ public final class KeyAgent: Sendable {
     }
 
     /// The answer to one message (type byte and body); malformed input gets FAILURE.
-    public func answer(_ message: SecretBytes) -> AgentResponse {
+    /// `peer`: the connection's process, named in the reason a prompt shows.
+    public func answer(_ message: SecretBytes, from peer: PeerCredentials? = nil) -> AgentResponse {
         let request: AgentRequest
         do {
             request = try AgentRequest(message: message)
@@ -39,10 +41,10 @@ public final class KeyAgent: Sendable {
             log("refused a malformed request: \(error.message)")
             return .failure
         }
-        return answer(request)
+        return answer(request, from: peer)
     }
 
-    public func answer(_ request: AgentRequest) -> AgentResponse {
+    public func answer(_ request: AgentRequest, from peer: PeerCredentials? = nil) -> AgentResponse {
         let locked = state.withLock { $0.lockPassphrase != nil }
         switch request {
         case .requestIdentities:
@@ -52,7 +54,7 @@ public final class KeyAgent: Sendable {
             return .identities(visible)
         case .sign(let blob, let data, let flags):
             if locked { return refuse("a signature was asked while the agent is locked (ssh-add -X unlocks it)") }
-            return sign(blob: blob, data: data, flags: flags)
+            return sign(blob: blob, data: data, flags: flags, reason: Self.reason(for: peer))
         case .add(let key, let comment, let constraints):
             if locked { return refuse("an add was asked while the agent is locked") }
             return add(key, comment: comment, constraints: constraints)
@@ -102,7 +104,16 @@ public final class KeyAgent: Sendable {
         return all.filter { !hidden.contains($0.key) }
     }
 
-    private func sign(blob: [UInt8], data: [UInt8], flags: UInt32) -> AgentResponse {
+    /// What a prompt for a key that asks first says of the signature: the agent cannot make
+    /// ssh ask, so keychaind asks, and this names the process that asked the agent (by the
+    /// executable the kernel reports for its pid, when the agent may read it).
+    static func reason(for peer: PeerCredentials?) -> String {
+        guard let peer else { return "an SSH signature through keychain ssh-agent" }
+        let program = AgentServer.executable(of: peer.pid).map { "\($0) " } ?? ""
+        return "an SSH signature for \(program)(pid \(peer.pid)) through keychain ssh-agent"
+    }
+
+    private func sign(blob: [UInt8], data: [UInt8], flags: UInt32, reason: String) -> AgentResponse {
         // Every flag defined so far asks for an RSA (or legacy DSA) signature form.
         guard flags == 0 else { return refuse("refused a signature with flags \(flags): they apply to RSA keys only") }
         let key: SSHPublicKey
@@ -113,19 +124,19 @@ public final class KeyAgent: Sendable {
         }
         if state.withLock({ $0.hidden.contains(key) }) { return .failure }
         do {
-            return .signature(try source.sign(data, with: key))
+            return .signature(try source.sign(data, with: key, reason: reason))
         } catch {
             return refuse("did not sign with the \(key.type.rawValue) key: \(error.message)\(Self.hint(for: error))")
         }
     }
 
     private func add(_ key: SSHPrivateKey, comment: String, constraints: [AgentConstraint]) -> AgentResponse {
-        guard constraints.isEmpty else {
-            // A lifetime or confirmation the agent cannot keep is refused, never dropped silently.
-            return refuse("refused a key with constraints (ssh-add -t/-c/-h): keychain keys have no lifetime or confirmation; add it without them")
+        guard constraints.allSatisfy({ $0 == .confirm }) else {
+            // A lifetime or destination the agent cannot keep is refused, never dropped silently.
+            return refuse("refused a key with constraints (ssh-add -t/-h): keychain keys have no lifetime or destination; add it without them (-c is kept)")
         }
         do {
-            try source.add(key, comment: comment)
+            try source.add(key, comment: comment, confirmEachUse: !constraints.isEmpty)
         } catch where error.status == .duplicateItem {
             // A key hidden by ssh-add -d comes back into view, but only for a caller holding its
             // private half: the keychain checks the pair before it finds the duplicate. Its
@@ -167,7 +178,8 @@ public final class KeyAgent: Sendable {
     /// What the person can do about a keychain error, appended to the log line.
     static func hint(for error: KeychainError) -> String {
         switch error.status {
-        case .interactionNotAllowed: "; the keychain is locked: run `keychain unlock`, then try again"
+        case .interactionNotAllowed: "; the keychain is locked, or the key asks first and keychaind has nowhere to ask: run `keychain unlock` or set [prompt] in keychaind.toml, then try again"
+        case .userCanceled: "; the person at keychaind's prompt said no"
         case .serviceNotAvailable: "; is keychaind running?"
         default: ""
         }

@@ -19,10 +19,10 @@ public final class KeychainKeySource: AgentKeySource {
         try refresh().map { AgentIdentity(key: $0.0, comment: $0.1.label) }
     }
 
-    public func sign(_ data: [UInt8], with key: SSHPublicKey) throws(KeychainError) -> SSHSignature {
+    public func sign(_ data: [UInt8], with key: SSHPublicKey, reason: String) throws(KeychainError) -> SSHSignature {
         if let cached = known.withLock({ $0[key] }) {
             do {
-                return try sign(data, with: cached, as: key.type)
+                return try sign(data, with: cached, as: key.type, reason: reason)
             } catch where error.status == .itemNotFound {
                 // Deleted, or deleted and imported again under a new reference: look again.
             }
@@ -30,24 +30,41 @@ public final class KeychainKeySource: AgentKeySource {
         guard let current = try refresh().first(where: { $0.0 == key })?.1 else {
             throw KeychainError(.itemNotFound, "the keychain has no SSH key like the \(key.type.rawValue) key asked for")
         }
-        return try sign(data, with: current, as: key.type)
+        return try sign(data, with: current, as: key.type, reason: reason)
     }
 
-    private func sign(_ data: [UInt8], with key: KeychainKey, as type: SSHKeyType) throws(KeychainError) -> SSHSignature {
+    private func sign(_ data: [UInt8], with key: KeychainKey, as type: SSHKeyType, reason: String) throws(KeychainError) -> SSHSignature {
         switch type {
-        case .ed25519: .ed25519(try key.sign(data, algorithm: .ed25519))
-        case .ecdsaP256: try SSHSignature.ecdsaP256(der: try key.sign(data, algorithm: .ecdsaMessageX962SHA256))
+        case .ed25519: .ed25519(try key.sign(data, algorithm: .ed25519, reason: reason))
+        case .ecdsaP256: try SSHSignature.ecdsaP256(der: try key.sign(data, algorithm: .ecdsaMessageX962SHA256, reason: reason))
         }
     }
 
-    public func add(_ key: SSHPrivateKey, comment: String) throws(KeychainError) {
+    /// A key added with `confirmEachUse` is stored with userPresence: keychaind asks the person
+    /// at its prompt before each signature, for as long as the key is in the keychain (a key
+    /// ssh-add sends is kept, as every key here, so its confirmation is kept with it).
+    public func add(_ key: SSHPrivateKey, comment: String, confirmEachUse: Bool) throws(KeychainError) {
         let type: KeyType = key.publicKey.type == .ed25519 ? .ed25519 : .p256
         // keychaind's forms: Ed25519's 32-byte seed; P-256's X9.63 point then scalar (Apple's).
         let bytes = key.publicKey.type == .ed25519 ? key.privateBytes : Self.x963PrivateKey(point: key.publicKey.bytes, scalar: key.privateBytes)
         let label = comment.isEmpty ? "ssh \(key.publicKey.type.rawValue) key" : comment
-        let stored = try KeychainKey.importPrivateKey(bytes, type: type, label: label, accessibility: .whenUnlocked,
+        let confirmation = confirmEachUse ? AccessControl(protection: .whenUnlocked, flags: AccessControl.Flag.userPresence) : nil
+        let stored: KeychainKey
+        do {
+            stored = try KeychainKey.importPrivateKey(bytes, type: type, label: label, accessibility: .whenUnlocked,
                                                       extractable: false, applicationTag: KeychainKey.sshTag,
-                                                      connection: connection)
+                                                      accessControl: confirmation, connection: connection)
+        } catch where error.status == .duplicateItem && confirmEachUse {
+            // The key is there already; its constraint is sealed with it and cannot be added
+            // now. Adding it back into view without the confirmation asked for would drop it.
+            let present = try? KeychainKey.find(applicationTag: KeychainKey.sshTag, connection: connection)
+                .first { $0.publicKey == key.publicKey.bytes }
+            guard let present, case .string(let accc)? = present.attributes["accc"],
+                  let control = try? AccessControl(.string(accc)), AccessControl.asksPerson(control.flags) else {
+                throw KeychainError(.param, "the key is in the keychain already, without confirmation; delete it (keychain key delete) and add it again with -c")
+            }
+            throw error
+        }
         // The public key ssh-add sent must be the private key's: a forged pair would list one
         // key and sign with another.
         guard stored.publicKey == key.publicKey.bytes else {

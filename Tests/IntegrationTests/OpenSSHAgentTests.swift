@@ -503,13 +503,75 @@ struct SSHDLoginTests {
     }
 
     func login(through agent: OpenSSHAgentTests, _ type: KeyType) throws {
-        try Self.ensureUser()
         let key = try agent.sshKey(type, label: "login-\(type)")
+        try withSSHD(through: agent, authorizing: agent.authorizedKey(key)) { port, dir in
+            let login = try Self.login(through: agent, port: port)
+            #expect(login.status == 0, "\(login.stderr) \((try? String(contentsOfFile: dir + "/sshd.log", encoding: .utf8)) ?? "")")
+            #expect(login.text.contains("logged-in-as-\(Self.user)"), "\(login.text) \(login.stderr)")
+        }
+    }
+
+    /// ssh-add -c: keychaind asks the person at its prompt before each signature (the agent
+    /// protocol cannot make ssh ask). A scripted pinentry gives the passcode, then cancels:
+    /// the first login goes through, the second is refused, one prompt each.
+    @Test func aKeyAddedWithConfirmAsksAtEachLoginAndACancelRefusesIt() throws {
+        let prompt = try ScriptedPrompt()
+        let daemon = try RunningDaemon(config: prompt.config)
+        #expect(try daemon.cli(["passcode", "set"], input: bytes(ItemsThatAskFirstTests.passcode + "\n")).status == 0)
+        let agent = try OpenSSHAgentTests(daemon: daemon)
+        let file = agent.scratch + "/id_confirm"
+        _ = try runExecutable("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "confirm-me", "-f", file],
+                              environment: ["PATH": "/usr/bin:/bin"], input: [])
+        let added = try agent.ssh("ssh-add", ["-c", file])
+        #expect(added.status == 0, "\(added.stderr)")
+        let key = try #require(try KeychainKey.find(label: "confirm-me", connection: agent.connection).first)
+        #expect(key.attributes["accc"] == .string("ak;1"))
+        #expect(prompt.count == 0)
+        try withSSHD(through: agent, authorizing: agent.authorizedKey(key)) { port, dir in
+            try prompt.answer(ItemsThatAskFirstTests.passcode)
+            let allowed = try Self.login(through: agent, port: port)
+            #expect(allowed.status == 0, "\(allowed.stderr) \((try? String(contentsOfFile: dir + "/sshd.log", encoding: .utf8)) ?? "")")
+            #expect(allowed.text.contains("logged-in-as-\(Self.user)"))
+            #expect(prompt.count == 1)
+            try prompt.answer("cancel")
+            let refused = try Self.login(through: agent, port: port)
+            #expect(refused.status != 0)
+            #expect(!refused.text.contains("logged-in-as"))
+            #expect(prompt.count == 2)
+            #expect(agent.log.contains("said no"), "\(agent.log)")
+        }
+        // The prompt named the agent's asker: ssh, by the path the kernel reports.
+        #expect(prompt.said.contains("Its reason: an SSH signature for /usr/bin/ssh (pid "), "\(prompt.said)")
+    }
+
+    /// A key ssh-add -c sends when the keychain holds it already without confirmation is
+    /// refused: adding it back into view would drop the confirmation asked for.
+    @Test func confirmCannotBeAddedToAKeyTheKeychainHoldsWithout() throws {
+        let agent = try OpenSSHAgentTests()
+        let file = agent.scratch + "/id_plain"
+        _ = try runExecutable("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "plain", "-f", file],
+                              environment: ["PATH": "/usr/bin:/bin"], input: [])
+        #expect(try agent.ssh("ssh-add", [file]).status == 0)
+        #expect(try agent.ssh("ssh-add", ["-c", file]).status != 0)
+        #expect(agent.log.contains("without confirmation"), "\(agent.log)")
+    }
+
+    static func login(through agent: OpenSSHAgentTests, port: UInt16) throws -> CLIResult {
+        try agent.ssh("ssh", ["-F", "/dev/null", "-o", "IdentityAgent=\(agent.socketPath)", "-o", "BatchMode=yes",
+                              "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                              "-o", "PreferredAuthentications=publickey", "-p", String(port),
+                              "\(Self.user)@127.0.0.1", "echo logged-in-as-$(id -un)"])
+    }
+
+    /// An sshd on loopback that accepts `authorizedKey` for the test user, for the span of `body`.
+    func withSSHD(through agent: OpenSSHAgentTests, authorizing authorizedKey: String,
+                  _ body: (UInt16, String) throws -> Void) throws {
+        try Self.ensureUser()
         let dir = agent.scratch + "/sshd"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: true)
         _ = try runExecutable("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", dir + "/host_key"], environment: [:], input: [])
-        try (agent.authorizedKey(key) + "\n").write(toFile: dir + "/authorized_keys", atomically: true, encoding: .utf8)
+        try (authorizedKey + "\n").write(toFile: dir + "/authorized_keys", atomically: true, encoding: .utf8)
         chmod(agent.scratch, 0o755)
         chmod(dir, 0o755)
         chmod(dir + "/authorized_keys", 0o644)
@@ -535,11 +597,34 @@ struct SSHDLoginTests {
             var status: Int32 = 0
             waitpid(sshd, &status, 0)
         }
-        let login = try agent.ssh("ssh", ["-F", "/dev/null", "-o", "IdentityAgent=\(agent.socketPath)", "-o", "BatchMode=yes",
-                                          "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                                          "-o", "PreferredAuthentications=publickey", "-p", String(port),
-                                          "\(Self.user)@127.0.0.1", "echo logged-in-as-$(id -un)"])
-        #expect(login.status == 0, "\(login.stderr) \((try? String(contentsOfFile: dir + "/sshd.log", encoding: .utf8)) ?? "")")
-        #expect(login.text.contains("logged-in-as-\(Self.user)"), "\(login.text) \(login.stderr)")
+        try body(port, dir)
     }
+}
+
+/// keychaind's [prompt] with the scripted pinentry (Tests/SecretServiceScripts/fake_pinentry.py),
+/// whose answers a test changes between prompts; its log has one SETDESC per prompt.
+struct ScriptedPrompt {
+    let directory: String
+
+    init() throws {
+        var template = Array("/tmp/kcq.XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
+        directory = String(cString: made)
+        try """
+            #!/bin/sh
+            FAKE_PINENTRY_ANSWERS="$(cat '\(directory)/answers')" FAKE_PINENTRY_LOG='\(directory)/pinentry.log' exec \(SecretServiceScripts.path("fake_pinentry.py"))
+            """.write(toFile: directory + "/pinentry", atomically: true, encoding: .utf8)
+        chmod(directory + "/pinentry", 0o700)
+        try answer("cancel")
+    }
+
+    var config: String { "[prompt]\npinentry = \"\(directory)/pinentry\"\ndisplay = \":99\"" }
+
+    /// What each prompt from now on answers: a passcode, or "cancel".
+    func answer(_ text: String) throws {
+        try text.write(toFile: directory + "/answers", atomically: true, encoding: .utf8)
+    }
+
+    var said: String { (try? String(contentsOfFile: directory + "/pinentry.log", encoding: .utf8)) ?? "" }
+    var count: Int { said.components(separatedBy: "\n").filter { $0.hasPrefix("SETDESC ") }.count }
 }

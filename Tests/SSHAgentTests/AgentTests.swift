@@ -1,5 +1,9 @@
 import Crypto
+#if canImport(Glibc)
+import Glibc
+#endif
 import KeychainModel
+import KeychainProtocol
 import SSHAgent
 import Synchronization
 import Testing
@@ -62,12 +66,47 @@ struct AgentTests {
         #expect(send(agent, TestKeys.signMessage(TestKeys.ed25519().1, [1])) == .failure)
     }
 
-    @Test func aConstrainedAddFailsAndStoresNothing() {
+    @Test func aLifetimeOrDestinationConstraintFailsAndStoresNothing() {
         let agent = agent
         let (key, _) = TestKeys.ed25519()
         #expect(send(agent, TestKeys.addMessage(key, comment: "k", constraints: [1, 0, 0, 0, 60])) == .failure)
-        #expect(send(agent, TestKeys.addMessage(key, comment: "k", constraints: [2])) == .failure)
+        #expect(send(agent, TestKeys.addMessage(key, comment: "k", constraints: [2, 1, 0, 0, 0, 60])) == .failure)
+        #expect(send(agent, TestKeys.addMessage(key, comment: "k", constraints: [255, 0, 0, 0, 1, 0x78])) == .failure)
         #expect(source.count == 0)
+    }
+
+    /// ssh-add -c: the key is stored so that each signature asks the person first (keychaind's
+    /// prompt: KeychainKeySource stores it with userPresence).
+    @Test func aConfirmConstraintStoresAKeyThatAsksBeforeEachSignature() {
+        let agent = agent
+        let (key, pub) = TestKeys.ed25519()
+        #expect(send(agent, TestKeys.addMessage(key, comment: "k", constraints: [2])) == .success)
+        #expect(source.confirmed.withLock { $0 } == [pub])
+        #expect(listed(agent).map(\.key) == [pub])
+    }
+
+    @Test func aSignatureCarriesTheReasonNamingTheAsker() {
+        let agent = agent
+        let (key, pub) = TestKeys.ed25519()
+        _ = send(agent, TestKeys.addMessage(key, comment: "k"))
+        let me = PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid())
+        guard case .signature = agent.answer(SecretBytes(TestKeys.signMessage(pub, [1])), from: me) else {
+            Issue.record("no signature")
+            return
+        }
+        let reasons = source.reasons.withLock { $0 }
+        #expect(reasons.count == 1)
+        #expect(reasons.first?.hasPrefix("an SSH signature for /") == true, "\(reasons)")
+        #expect(reasons.first?.hasSuffix(" (pid \(getpid())) through keychain ssh-agent") == true, "\(reasons)")
+    }
+
+    @Test func aSignatureThePersonRefusesIsAFailure() {
+        let agent = agent
+        let (key, pub) = TestKeys.ed25519()
+        _ = send(agent, TestKeys.addMessage(key, comment: "k", constraints: [2]))
+        source.failure.withLock { $0 = KeychainError(.userCanceled, "the person at the keychain's prompt cancelled") }
+        #expect(send(agent, TestKeys.signMessage(pub, [1])) == .failure)
+        #expect(logged.lines.withLock { $0.contains { $0.contains("said no") } })
     }
 
     @Test func anRSAKeyAddFails() {

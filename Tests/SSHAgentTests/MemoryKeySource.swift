@@ -9,14 +9,18 @@ final class MemoryKeySource: AgentKeySource {
     private let keys = Mutex<[(identity: AgentIdentity, privateBytes: SecretBytes)]>([])
     /// When set, every call fails with it (a locked or unreachable keychain).
     let failure = Mutex<KeychainError?>(nil)
+    /// Keys added with ssh-add -c, and the reason of each signature, as the agent gave them.
+    let confirmed = Mutex<Set<SSHPublicKey>>([])
+    let reasons = Mutex<[String]>([])
 
     func identities() throws(KeychainError) -> [AgentIdentity] {
         if let error = failure.withLock({ $0 }) { throw error }
         return keys.withLock { $0.map(\.identity) }
     }
 
-    func sign(_ data: [UInt8], with key: SSHPublicKey) throws(KeychainError) -> SSHSignature {
+    func sign(_ data: [UInt8], with key: SSHPublicKey, reason: String) throws(KeychainError) -> SSHSignature {
         if let error = failure.withLock({ $0 }) { throw error }
+        reasons.withLock { $0.append(reason) }
         guard let secret = keys.withLock({ $0.first { $0.identity.key == key }?.privateBytes }) else {
             throw KeychainError(.itemNotFound, "no such key")
         }
@@ -36,8 +40,9 @@ final class MemoryKeySource: AgentKeySource {
         }
     }
 
-    func add(_ key: SSHPrivateKey, comment: String) throws(KeychainError) {
+    func add(_ key: SSHPrivateKey, comment: String, confirmEachUse: Bool) throws(KeychainError) {
         if let error = failure.withLock({ $0 }) { throw error }
+        if confirmEachUse { confirmed.withLock { _ = $0.insert(key.publicKey) } }
         try keys.withLock { (list) throws(KeychainError) in
             guard !list.contains(where: { $0.identity.key == key.publicKey }) else { throw KeychainError(.duplicateItem, "present") }
             list.append((AgentIdentity(key: key.publicKey, comment: comment), key.privateBytes))

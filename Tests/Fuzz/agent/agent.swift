@@ -10,11 +10,11 @@ import SSHAgent
 struct FixedSource: AgentKeySource {
     static let key = try! SSHPublicKey(type: .ed25519, bytes: [UInt8](repeating: 7, count: 32))
     func identities() throws(KeychainError) -> [AgentIdentity] { [AgentIdentity(key: Self.key, comment: "fuzz")] }
-    func sign(_ data: [UInt8], with key: SSHPublicKey) throws(KeychainError) -> SSHSignature {
+    func sign(_ data: [UInt8], with key: SSHPublicKey, reason: String) throws(KeychainError) -> SSHSignature {
         guard key == Self.key else { throw KeychainError(.itemNotFound, "no such key") }
         return .ed25519([UInt8](repeating: 1, count: 64))
     }
-    func add(_ key: SSHPrivateKey, comment: String) throws(KeychainError) {}
+    func add(_ key: SSHPrivateKey, comment: String, confirmEachUse: Bool) throws(KeychainError) {}
 }
 
 let agent = KeyAgent(source: FixedSource(), log: { _ in })
