@@ -119,6 +119,8 @@ static CK_RV error_of(int32_t status, CK_RV not_found) {
     case ERR_ITEM_NOT_FOUND: case ERR_MISSING_ENTITLEMENT: return not_found;
     case ERR_PARAM: return CKR_KEY_FUNCTION_NOT_PERMITTED;
     case ERR_SERVICE_NOT_AVAILABLE: return CKR_DEVICE_REMOVED;
+    /* A key that asks first: the person declined keychaind's prompt (docs/pkcs11.md). */
+    case ERR_USER_CANCELED: return CKR_FUNCTION_CANCELED;
     default: return CKR_FUNCTION_FAILED;
     }
 }

@@ -16,7 +16,7 @@ enum { VALUE_STRING = 1, VALUE_DATA = 2, VALUE_INT = 3, VALUE_BOOL = 4, VALUE_DA
 /* OSStatus codes the module maps (docs/protocol.md, section 4). */
 enum {
     ERR_PARAM = -50, ERR_INTERACTION_NOT_ALLOWED = -25308, ERR_ITEM_NOT_FOUND = -25300,
-    ERR_MISSING_ENTITLEMENT = -34018, ERR_SERVICE_NOT_AVAILABLE = -67585,
+    ERR_MISSING_ENTITLEMENT = -34018, ERR_SERVICE_NOT_AVAILABLE = -67585, ERR_USER_CANCELED = -128,
 };
 
 /* The largest answer frame the daemon sends; anything longer is a hostile or broken peer. */

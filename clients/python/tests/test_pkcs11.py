@@ -427,6 +427,69 @@ def test_a_locked_keychain_refuses_the_same_signature_with_CKR_USER_NOT_LOGGED_I
         p11.C_Finalize(None)
 
 
+CKR_FUNCTION_CANCELED = 0x50
+
+
+def test_a_key_that_asks_first_asks_at_keychainds_prompt_in_c_sign_and_a_cancel_is_canceled(start_daemon, monkeypatch):
+    """Issue 29: C_Sign goes through keySign, so keychaind asks the person (its own prompt,
+    here the scripted pinentry of the Swift tests) once per signature; the module adds nothing."""
+    prompt = tempfile.mkdtemp(prefix="kcpp.", dir="/tmp")
+    try:
+        answers, log = os.path.join(prompt, "answers"), os.path.join(prompt, "pinentry.log")
+        program = os.path.join(prompt, "pinentry")
+        with open(program, "w") as f:
+            f.write("#!/bin/sh\nFAKE_PINENTRY_ANSWERS=\"$(cat '%s')\" FAKE_PINENTRY_LOG='%s' exec %s\n"
+                    % (answers, log, os.path.join(ROOT, "Tests", "SecretServiceScripts", "fake_pinentry.py")))
+        os.chmod(program, 0o700)
+        with open(answers, "w") as f:
+            f.write("correct horse")
+        daemon = start_daemon('[prompt]\npinentry = "%s"\ndisplay = ":99"\n' % program)
+        conn = Connection(daemon.socket)
+        conn.set_passcode("correct horse")
+        conn.key_generate({"type": 73, "kcls": 1, "labl": "asks-first", "extr": 0, "accc": "ak;1"})
+        monkeypatch.setenv("KEYCHAIN_SOCKET", daemon.socket)
+        p11 = Cryptoki()
+        assert p11.initialize() == CKR_OK
+
+        def prompts():
+            with open(log) as f:
+                return sum(1 for line in f if line.startswith("SETDESC "))
+        try:
+            rv, session = p11.open()
+            assert rv == CKR_OK
+            [key] = p11.private_key(session, "asks-first")
+            rv, signature = p11.sign(session, key, b"allowed")
+            assert rv == CKR_OK and len(signature) == 64
+            assert prompts() == 1
+            with open(answers, "w") as f:
+                f.write("cancel")
+            assert p11.sign(session, key, b"refused")[0] == CKR_FUNCTION_CANCELED
+            assert prompts() == 2
+        finally:
+            p11.C_Finalize(None)
+            conn.close()
+        # The same through OpenSC's pkcs11-tool: refused while the person cancels, signed once
+        # they type the passcode.
+        token = KeychaindToken(daemon)
+        message = os.path.join(prompt, "message")
+        with open(message, "wb") as f:
+            f.write(b"through pkcs11-tool")
+        signature = os.path.join(prompt, "sig")
+        command = ("--sign", "--mechanism", "ECDSA-SHA256", "--id", id_of(token, "asks-first"), "-i", message, "-o", signature)
+        refused = tool(token, *command, check=False)
+        assert refused.returncode != 0 and b"CKR_FUNCTION_CANCELED" in refused.stderr
+        # pkcs11-tool tries twice (C_Sign, then C_SignUpdate and C_SignFinal): one prompt each.
+        assert prompts() == 4
+        with open(answers, "w") as f:
+            f.write("correct horse")
+        tool(token, *command)
+        assert prompts() == 5
+        with open(signature, "rb") as f:
+            assert len(f.read()) == 64
+    finally:
+        shutil.rmtree(prompt, ignore_errors=True)
+
+
 def test_a_forked_child_must_initialize_again_and_never_uses_its_parents_connection(daemon, conn, monkeypatch):
     Key.generate(conn, KeyType.P256, "forked")
     monkeypatch.setenv("KEYCHAIN_SOCKET", daemon.socket)
