@@ -118,6 +118,27 @@ struct KeysThatAskFirstTests {
         #expect(Self.prompts(log) == 1)
     }
 
+    /// The identity join runs in one hold of the store's lock, where no prompt may run: an
+    /// identity whose extractable key asks first gives no key bytes (Skip leaves it out), and
+    /// its attributes and certificate are read without asking.
+    @Test func anIdentityWhoseKeyAsksGivesNoKeyBytes() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let certificates = CertificateTests()
+        _ = try KeychainKey.importPrivateKey(SecretBytes(try certificates.expected("p256.private")), type: .p256, label: "tls key",
+                                             extractable: true, accessControl: Self.presence, connection: c)
+        #expect(try d.cli(["cert", "add", certificates.pemPath]).status == 0)
+        let identity: AttributeDictionary = ["class": .string("idnt"), "r_Data": .bool(true)]
+        expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(identity) }
+        expectStatus(.itemNotFound) { _ = try c.copyMatching(identity.merging(["u_AuthUI": .string("u_AuthUIS")]) { $1 }) }
+        guard case .single(.attributes(let attributes)) = try c.copyMatching(["class": .string("idnt"), "r_Attributes": .bool(true)]) else {
+            Issue.record("no identity")
+            return
+        }
+        #expect(attributes["certdata"] == .data(try certificates.der))
+        #expect(Self.prompts(log) == 0)
+    }
+
     @Test func theCLIsRequirePresenceMakesAKeyThatAsks() throws {
         let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
         let made = try d.cli(["key", "generate", "--type", "ed25519", "--label", "cli-key", "--require", "presence"])
