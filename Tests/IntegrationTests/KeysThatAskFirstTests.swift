@@ -139,6 +139,23 @@ struct KeysThatAskFirstTests {
         #expect(Self.prompts(log) == 0)
     }
 
+    /// An extractable key travels in a backup with its constraint, sealed again on restore:
+    /// on the other device it still asks before each signature.
+    @Test func aBackupAndRestoreKeepTheKeysConstraint() throws {
+        let (a, _) = try ItemsThatAskFirstTests.daemon(answers: [])
+        let (b, bLog) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let ca = KeychainConnection(socketPath: a.socketPath), cb = KeychainConnection(socketPath: b.socketPath)
+        _ = try KeychainKey.generate(.ed25519, label: "travels", extractable: true, accessControl: Self.presence, connection: ca)
+        let password = bytes("backup password")
+        let (file, _) = try ca.backup(password: password) { _, _ in }
+        #expect(try cb.restore(file, password: password)["restored"] == .int(1))
+        let key = try #require(try KeychainKey.find(label: "travels", connection: cb).first)
+        #expect(key.attributes["accc"] == .string("ak;1"))
+        #expect(Self.prompts(bLog) == 0)
+        _ = try key.sign([1], algorithm: .ed25519)
+        #expect(Self.prompts(bLog) == 1)
+    }
+
     @Test func theCLIsRequirePresenceMakesAKeyThatAsks() throws {
         let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
         let made = try d.cli(["key", "generate", "--type", "ed25519", "--label", "cli-key", "--require", "presence"])
