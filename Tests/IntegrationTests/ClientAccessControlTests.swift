@@ -60,7 +60,7 @@ struct ClientAccessControlTests {
         #expect(AccessControl(attributes: attributes)?.asksFirst == true)
         let plain = try c.copyMatching(["class": .string("genp"), "svce": .string("prod"), "acct": .string("plain"), "r_Attributes": .bool(true)])
         guard case .single(.attributes(let plainAttributes)) = plain else { Issue.record("\(plain)"); return }
-        let plainControl = try AccessControl(protection: .afterFirstUnlock)
+        let plainControl = try AccessControl(protection: .afterFirstUnlock, flags: [])
         #expect(AccessControl(attributes: plainAttributes) == plainControl)
         #expect(AccessControl(attributes: plainAttributes)?.asksFirst == false)
     }

@@ -515,7 +515,7 @@ struct SSHDLoginTests {
     /// protocol cannot make ssh ask). A scripted pinentry gives the passcode, then cancels:
     /// the first login goes through, the second is refused, one prompt each.
     @Test func aKeyAddedWithConfirmAsksAtEachLoginAndACancelRefusesIt() throws {
-        let prompt = try ScriptedPrompt()
+        let prompt = try ChangingPrompt()
         let daemon = try RunningDaemon(config: prompt.config)
         #expect(try daemon.cli(["passcode", "set"], input: bytes(ItemsThatAskFirstTests.passcode + "\n")).status == 0)
         let agent = try OpenSSHAgentTests(daemon: daemon)
@@ -603,7 +603,7 @@ struct SSHDLoginTests {
 
 /// keychaind's [prompt] with the scripted pinentry (Tests/SecretServiceScripts/fake_pinentry.py),
 /// whose answers a test changes between prompts; its log has one SETDESC per prompt.
-struct ScriptedPrompt {
+struct ChangingPrompt {
     let directory: String
 
     init() throws {
