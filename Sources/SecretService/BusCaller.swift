@@ -57,7 +57,9 @@ enum BusCallerReader {
     /// Checks, on every call, that the connection's process is still the one first seen and
     /// still runs the executable it ran then: one that exec'd another program while keeping
     /// the connection (or handed it to a child before doing so) speaks no more for anyone.
-    static func recheck(_ caller: BusCaller, uniqueName: String) throws(BusErrorReply) {
+    /// Returns the executable it runs (the one first seen).
+    @discardableResult
+    static func recheck(_ caller: BusCaller, uniqueName: String) throws(BusErrorReply) -> ExecutableStamp {
         guard let now = processNow(pid: caller.pid), now.startTime == caller.startTime else {
             throw exited(uniqueName, UInt32(caller.pid))
         }
@@ -65,6 +67,7 @@ enum BusCallerReader {
             BridgeLog.error("refused \(uniqueName) (pid \(caller.pid)): it runs another executable than when the bridge first saw it")
             throw .accessDenied("the process that opened \(uniqueName) (pid \(caller.pid)) runs another program than when it connected; connect again")
         }
+        return now.executable
     }
 
     /// Field 22 of `stat` in the /proc directory `directory`: parsed after the last ')', since

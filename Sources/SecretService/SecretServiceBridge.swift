@@ -26,6 +26,9 @@ public final class SecretServiceBridge {
     var sessionLabels = SessionLabels()
     /// Who each connection is, found out at its first call and dropped when it leaves the bus.
     var callers: [String: KnownCaller] = [:]
+    /// The connection whose call is being handled, once checked, and the executable its process
+    /// ran at that check: one call looks in /proc once, not at each of its keychaind calls.
+    private var checkedThisCall: (sender: String, executable: ExecutableStamp)?
     /// The login collection's Modified: the bridge's last change to it.
     var loginModified = UInt64(Date().timeIntervalSince1970)
     /// Created collections' Modified: the bridge's last change to each since it started.
@@ -176,6 +179,8 @@ public final class SecretServiceBridge {
         if interface == "org.freedesktop.DBus.Introspectable" || interface == "org.freedesktop.DBus.Peer" { return false }
         // CreateItem and SetSecret bring a secret; marking every call costs an erase of its buffer.
         call.markSensitive()
+        checkedThisCall = nil
+        defer { checkedThisCall = nil }
         do {
             try caller(sender)
             // An alias path resolves for this caller: `default` may name one of its collections.
@@ -250,7 +255,9 @@ public final class SecretServiceBridge {
     @discardableResult
     func caller(_ sender: String) throws(BusErrorReply) -> KnownCaller {
         if let known = callers[sender] {
-            try BusCallerReader.recheck(known.process, uniqueName: sender)
+            if checkedThisCall?.sender != sender {
+                checkedThisCall = (sender, try BusCallerReader.recheck(known.process, uniqueName: sender))
+            }
             return known
         }
         let credentials: BusCredentials
@@ -262,6 +269,7 @@ public final class SecretServiceBridge {
         let caller = try BusCallerReader.identify(credentials, uniqueName: sender)
         let known = KnownCaller(process: caller)
         callers[sender] = known
+        checkedThisCall = (sender, caller.executable)
         return known
     }
 
@@ -270,7 +278,8 @@ public final class SecretServiceBridge {
         // Stamped before keychaind is asked: an exec between the two then leaves an entry under
         // the old program's stamp, which the new program's next lookup drops, rather than the
         // old program's answer under the new one's stamp.
-        let executable = callers[sender].flatMap { BusCallerReader.executableStamp(pid: $0.identity.pid) }
+        let executable = checkedThisCall?.sender == sender ? checkedThisCall?.executable
+            : callers[sender].flatMap { BusCallerReader.executableStamp(pid: $0.identity.pid) }
         if let value = readCache.value(key, of: sender, executable: executable) { return value }
         let value = try read()
         readCache.store(value, key, of: sender, executable: executable)

@@ -1,7 +1,9 @@
-// The Secret Service figures (issue 16): keychain-secret-service over keychaind beside
+// The Secret Service figures (issues 16 and 28): keychain-secret-service over keychaind beside
 // gnome-keyring-daemon, each on its own private session bus, driven in the same run by one
 // secretstorage client (Tests/SecretServiceScripts/bench_driver.py) taking turns between them,
-// which also times whole `secret-tool lookup` processes against each.
+// which also times whole `secret-tool lookup` processes against each, the server's time per
+// method from `dbus-monitor --profile` on each bus, and a libsecret lookup from C
+// (Tests/SecretServiceScripts/libsecret_lookup.c, built here with the system's cc).
 import Foundation
 
 /// A private dbus-daemon; its address is what it prints first.
@@ -42,7 +44,7 @@ func secretServiceBench(items: Int, rounds: Int = 500) {
         print("secret-service: \(bridgePath) is missing (swift build -c release --product keychain-secret-service)")
         return
     }
-    let (daemon, socket, dir) = startDaemon(suffix: "ss")
+    let (daemon, socket, dir) = startDaemon(suffix: "ss\(items)")
     var stops: [() -> Void] = [{
         daemon.terminate(); daemon.waitUntilExit()
         try? FileManager.default.removeItem(atPath: dir)
@@ -89,11 +91,15 @@ func secretServiceBench(items: Int, rounds: Int = 500) {
         print("secret-service: gnome-keyring-daemon not installed: no yardstick")
     }
 
+    var environment = ["BENCH_ITEMS": String(items), "BENCH_ROUNDS": String(rounds)]
+    if let lookup = buildLibsecretLookup(source: (driver as NSString).deletingLastPathComponent + "/libsecret_lookup.c",
+                                         into: dir) {
+        environment["BENCH_LOOKUP"] = lookup
+    }
     let run = Process()
     run.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
     run.arguments = [driver] + servers
-    run.environment = ProcessInfo.processInfo.environment.merging(
-        ["BENCH_ITEMS": String(items), "BENCH_ROUNDS": String(rounds)]) { $1 }
+    run.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
     let out = Pipe()
     run.standardOutput = out
     try! run.run()
@@ -118,4 +124,45 @@ func secretServiceBench(items: Int, rounds: Int = 500) {
             print(line)
         }
     }
+    printTargets(figures, items: items, rounds: rounds)
+}
+
+/// Issue 28's targets, each a ratio of two medians of this run: the server's time per method
+/// (keychaind's over gnome-keyring's: at most 1/3, CreateItem 1/10), and a libsecret lookup from
+/// C (gnome-keyring's time over keychaind's: at least 1.3).
+func printTargets(_ figures: [String: [String: [String: Double]]], items: Int, rounds: Int) {
+    guard let ours = figures["keychaind"], let theirs = figures["gnome-keyring"] else { return }
+    let targets: [(op: String, most: Double?)] = [("SearchItems", 1.0 / 3), ("GetSecrets", 1.0 / 3), ("CreateItem", 0.1), ("Ping", nil)]
+    for (op, most) in targets {
+        guard let a = ours[op]?["p50_ms"], let b = theirs[op]?["p50_ms"], b > 0 else { continue }
+        var line = String(format: "secret-service server-time %@ items=%d rounds=%d keychaind p50=%7.1fus gnome-keyring p50=%7.1fus keychaind/gnome-keyring=%.2f",
+                          op.padding(toLength: 11, withPad: " ", startingAt: 0), items, rounds, a * 1000, b * 1000, a / b)
+        if let most {
+            line += String(format: "  target <= %.2f: %@", most, a / b <= most ? "met" : "NOT met")
+        } else {
+            line += "  (the bus's floor)"
+        }
+        print(line)
+    }
+    if let a = ours["libsecret"]?["p50_ms"], let b = theirs["libsecret"]?["p50_ms"], a > 0 {
+        print(String(format: "secret-service libsecret-lookup items=%d rounds=%d keychaind p50=%7.1fus gnome-keyring p50=%7.1fus gnome-keyring/keychaind=%.2fx  target >= 1.30x: %@",
+                     items, rounds, a * 1000, b * 1000, b / a, b / a >= 1.3 ? "met" : "NOT met"))
+    }
+}
+
+/// libsecret_lookup.c built against the system's libsecret (libsecret-1-dev), or nil with the
+/// reason printed.
+func buildLibsecretLookup(source: String, into dir: String) -> String? {
+    let output = dir + "/libsecret-lookup"
+    let build = Process()
+    build.executableURL = URL(fileURLWithPath: "/bin/sh")
+    build.arguments = ["-c", "cc -O2 -o \"$1\" \"$2\" $(pkg-config --cflags --libs libsecret-1)", "sh", output, source]
+    build.standardError = FileHandle.nullDevice
+    guard (try? build.run()) != nil else { return nil }
+    build.waitUntilExit()
+    guard build.terminationStatus == 0 else {
+        print("secret-service: cannot build \(source) (scripts/install-deps installs gcc, pkg-config and libsecret-1-dev): no libsecret figure")
+        return nil
+    }
+    return output
 }

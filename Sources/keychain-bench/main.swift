@@ -31,9 +31,9 @@ struct Options {
     /// Keychain sizes at which to time a Secret Service attribute search (each on a fresh
     /// daemon, which then runs alone); empty: not run.
     var attributeSearchSizes: [Int] = []
-    /// Items preloaded in each Secret Service server for the figures beside gnome-keyring,
-    /// which then run alone; 0: not run.
-    var secretServiceItems = 0
+    /// Items preloaded in each Secret Service server for the figures beside gnome-keyring, one
+    /// run per size, which then run alone; empty: not run.
+    var secretServiceItems: [Int] = []
     /// Signatures per key through `keychain ssh-agent` and OpenSSH's ssh-agent, which then run
     /// alone (AgentSignatures.swift); 0: not run.
     var sshAgentSignatures = 0
@@ -59,14 +59,14 @@ struct Options {
             case "--ops": ops = Set(args[i + 1].split(separator: ",").map(String.init)); i += 1
             case "--distinct-queries": distinctQueries = Int(args[i + 1]) ?? distinctQueries; i += 1
             case "--attribute-search": attributeSearchSizes = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
-            case "--secret-service": secretServiceItems = Int(args[i + 1]) ?? secretServiceItems; i += 1
+            case "--secret-service": secretServiceItems = args[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
             case "--ssh-agent": sshAgentSignatures = Int(args[i + 1]) ?? sshAgentSignatures; i += 1
             case "--sync":
                 syncSamples = 200
                 if i + 1 < args.count, let n = Int(args[i + 1]) { syncSamples = n; i += 1 }
             case "--sync-items": syncItems = Int(args[i + 1]) ?? syncItems; i += 1
             default:
-                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete,sign,pkcs11] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service ITEMS (alone)] [--ssh-agent SIGNATURES (alone)] [--sync [SAMPLES] [--sync-items N (0: no first sync)] (alone)]")
+                print("usage: keychain-bench [--list N] [--big-items N] [--socket PATH] [--sizes 1000,100000] [--clients 1,8] [--gets N] [--ops status,add,get,update,delete,sign,pkcs11] [--client-poll-us N] [--skip-cli] [--backup ITEMS (0: none)] [--during-unlock UNLOCKS] [--distinct-queries N (alone)] [--attribute-search 1000,100000 (alone)] [--secret-service 100,1000 (alone)] [--ssh-agent SIGNATURES (alone)] [--sync [SAMPLES] [--sync-items N (0: no first sync)] (alone)]")
                 exit(64)
             }
             i += 1
@@ -224,8 +224,8 @@ func interleavedMedians(_ commands: [TimedCommand], runs: Int = 200) -> [Double]
 }
 
 let options = Options(Array(CommandLine.arguments.dropFirst()))
-if options.secretServiceItems > 0 {
-    secretServiceBench(items: options.secretServiceItems)
+if !options.secretServiceItems.isEmpty {
+    for items in options.secretServiceItems { secretServiceBench(items: items) }
     exit(0)
 }
 if options.syncSamples > 0 {
