@@ -436,9 +436,12 @@ public final class KeychainServer: LifecycleService, Sendable {
         }
         let portal: Bool
         if case .portalSecret = inner { portal = true } else { portal = false }
+        // A read of secrets may ask the person, whose prompt names the caller's executable.
+        var readsSecrets = false
+        if case .copyMatching(let query) = inner, query["r_Data"] == .bool(true) { readsSecrets = true }
         do throws(KeychainError) {
             let delegated = try bridge.caller(pid: pid, startTime: startTime, bridgeUID: caller.uid,
-                                              withExecutable: portal || policy.identifiesByExecutable,
+                                              withExecutable: portal || readsSecrets || policy.identifiesByExecutable,
                                               withUnit: policy.identifiesByUnit)
             if portal && !(delegated.executable.map(policy.portalExecutables.contains) ?? false) {
                 throw KeychainError(.missingEntitlement, "portal secrets are for the desktop portal; pid \(pid) (\(delegated.executable ?? "unknown executable")) is not in portal_executables of \(policy.source)")

@@ -12,7 +12,7 @@ public struct AttributeIndex {
 
     static let secretServicePrefix = "secret-service:"
     /// The keys attributeAdd takes; anything else is refused rather than silently stored.
-    private static let attributeAddKeys: Set<String> = ["class", "svce", "xsat", "labl", "xsct", "v_Data", "agrp", "pdmn", "cdat", "mdat", "gena"]
+    private static let attributeAddKeys: Set<String> = ["class", "svce", "xsat", "labl", "xsct", "v_Data", "agrp", "pdmn", "accc", "cdat", "mdat", "gena"]
 
     /// The Secret Service items of `collection` in the caller's groups holding every pair of
     /// `pairs` (`exact`: exactly that set), as attribute dictionaries: v_PersistentRef, pdmn,
@@ -30,7 +30,7 @@ public struct AttributeIndex {
             var filter = RowFilter(itemClass: .genericPassword, accessGroups: scope.groups)
             filter.hashes = [("svce", svceHash(svce))]
             try store.table.forEach(filter) { row in
-                found.append(Self.searchRow(row, locked: row.protection.map { !store.isAvailable($0) } ?? false))
+                found.append(Self.searchRow(row, locked: row.protection.map { !store.isAvailable($0) } ?? false || Self.asksPerson(row)))
                 return true
             }
             return found
@@ -107,7 +107,7 @@ public struct AttributeIndex {
     /// v_PersistentRef and replaced.
     public func add(_ dict: AttributeDictionary, replace: Bool, scope: AccessScope) throws(KeychainError) -> AttributeDictionary {
         if let key = dict.keys.first(where: { !Self.attributeAddKeys.contains($0) }) {
-            throw KeychainError(.param, "attributeAdd does not take \(key); it takes class, svce, xsat, labl, xsct, v_Data, agrp, pdmn, cdat, mdat and gena")
+            throw KeychainError(.param, "attributeAdd does not take \(key); it takes class, svce, xsat, labl, xsct, v_Data, agrp, pdmn, accc, cdat, mdat and gena")
         }
         guard dict["class"] == .string(ItemClass.genericPassword.rawValue) else {
             throw KeychainError(.param, "a Secret Service item is of class genp")
@@ -150,8 +150,10 @@ public struct AttributeIndex {
                 match = row
                 return false
             }
-            guard let row = match, let pdmn = row.protection, store.isAvailable(pdmn),
-                  let item = try? store.open(row), case .string(let svce)? = item.attributes["svce"],
+            // An item that asks first is left out as a locked one is: its secret goes only to a
+            // copyMatching the person allowed (the bridge's Unlock prompt makes one).
+            guard let row = match, let pdmn = row.protection, store.isAvailable(pdmn), !Self.asksPerson(row),
+                  let item = try? store.open(row), !item.asksPerson, case .string(let svce)? = item.attributes["svce"],
                   svce.hasPrefix(Self.secretServicePrefix) else { continue }
             found.append(["v_PersistentRef": .data(SecretBytes(ref)), "svce": .string(svce),
                           "xsct": item.attributes["xsct"] ?? .string("text/plain"), "v_Data": .data(item.data)])
@@ -166,7 +168,7 @@ public struct AttributeIndex {
         try forEachIndexed(pairs, exact: true, svce: svce, groups: groups) { (row, item) throws(KeychainError) in
             switch item {
             case .locked:
-                throw KeychainError(.interactionNotAllowed, "the keychain is locked and the item to replace is unavailable until it is unlocked")
+                throw KeychainError(.interactionNotAllowed, "the item to replace is locked, or asks the person before its secret is read (then delete it and create it again)")
             case .opened(let stored):
                 first = stored
                 return false
@@ -204,6 +206,10 @@ public struct AttributeIndex {
             throw KeychainError(.decode, "a Secret Service item's attributes cannot be decoded")
         }
     }
+
+    /// Whether the row's sealed header says the item asks the person first (readable without
+    /// opening it; an edit of the header leaves a blob that opens for nobody).
+    static func asksPerson(_ row: ItemRow) -> Bool { AccessControl.asksPerson(ItemSealer.accessFlags(of: row.blob)) }
 
     static func searchRow(_ row: ItemRow, locked: Bool) -> AttributeDictionary {
         ["v_PersistentRef": .data(PersistentRef(itemClass: row.itemClass, id: row.persistentID).bytes),

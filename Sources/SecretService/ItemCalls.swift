@@ -149,9 +149,13 @@ extension SecretServiceBridge {
         let value: SecretBytes, contentType: String
         switch collection {
         case .login, .created:
-            let attributes = try stored(collection, sender).item(try storedID(collection, id), secret: true)
-            value = attributes["v_Data"]?.bytesValue ?? .empty
-            contentType = attributes["xsct"]?.stringValue ?? "text/plain"
+            if let granted = presenceGrants.take(collection.itemPath(id), of: sender) {
+                (value, contentType) = granted
+            } else {
+                let attributes = try stored(collection, sender).item(try storedID(collection, id), secret: true)
+                value = attributes["v_Data"]?.bytesValue ?? .empty
+                contentType = attributes["xsct"]?.stringValue ?? "text/plain"
+            }
         case .session:
             let item = try sessionItems.item(id, groups: try groups(sender))
             value = item.secret
@@ -171,8 +175,15 @@ extension SecretServiceBridge {
             wanted.append((path, collection, id))
         }
         var refs: [[UInt8]] = []
+        // Items that ask first, read once after the person's yes (Unlock's prompt).
+        var granted: [String: (secret: SecretBytes, contentType: String)] = [:]
         for item in wanted where item.collection != .session {
-            if let id = ItemID(hex: item.id) { refs.append(id.persistentRef) }
+            let own = item.collection.itemPath(item.id)
+            if granted[own] == nil, let secret = presenceGrants.take(own, of: sender) {
+                granted[own] = secret
+            } else if let id = ItemID(hex: item.id) {
+                refs.append(id.persistentRef)
+            }
         }
         let stored = refs.isEmpty ? [:] : try delegated(sender).attributeSecrets(refs)
         var secrets: [BusValue] = []
@@ -181,6 +192,8 @@ extension SecretServiceBridge {
             if item.collection == .session {
                 guard let found = try? sessionItems.item(item.id, groups: try groups(sender)) else { continue }
                 (value, contentType) = (found.secret, found.contentType)
+            } else if let found = granted[item.collection.itemPath(item.id)] {
+                (value, contentType) = found
             } else {
                 guard let ref = ItemID(hex: item.id)?.persistentRef, let found = stored[ref],
                       found.service == "secret-service:" + item.collection.name else { continue }
@@ -224,7 +237,9 @@ extension SecretServiceBridge {
             let cached = try cachedRead(.itemProperties(path: collection.itemPath(id)), sender: sender) {
                 .properties(try itemProperties(collection, id: id, sender: sender))
             }
-            guard case .properties(let values) = cached else { return nil }
+            guard case .properties(var values) = cached else { return nil }
+            // An item that asks first reads unlocked while the person's yes waits to be used.
+            if values["Locked"] == .bool(true), presenceGrants.holds(collection.itemPath(id), of: sender) { values["Locked"] = .bool(false) }
             return values
         default:
             return nil
@@ -248,8 +263,11 @@ extension SecretServiceBridge {
             if let encoded = attributes["xsat"]?.bytesValue {
                 pairs = try SecretServiceAttributes(encoded: Array(encoded)).dictionary
             }
+            // An item that asks first is locked to the Secret Service: its secret comes after
+            // Unlock's prompt (the specification's way to ask), not from GetSecret.
+            let asksFirst = AccessControl.asksPerson(AccessControl.storedFlags(attributes))
             return ["Label": .string(text(attributes["labl"])), "Attributes": .stringDictionary(pairs),
-                    "Locked": .bool(false), "Created": .uint64(unixTime(attributes["cdat"])),
+                    "Locked": .bool(asksFirst), "Created": .uint64(unixTime(attributes["cdat"])),
                     "Modified": .uint64(unixTime(attributes["mdat"]))]
         case .session:
             let item = try sessionItems.item(id, groups: try groups(sender))

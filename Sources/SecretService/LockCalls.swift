@@ -9,14 +9,44 @@ extension SecretServiceBridge {
     /// Pinentry processes (and their threads) at once: a person answers one at a time.
     static let dialogsAtOnce = 4
 
-    /// Unlocked: everything asked for, no prompt. Locked: a prompt that will ask for the
-    /// passcode with pinentry, or IsLocked when there is no pinentry to ask with.
+    /// Unlocked: everything asked for, no prompt, except items that ask the person first: those
+    /// come with a prompt in which keychaind asks (PresenceReads.swift). Locked: a prompt that
+    /// will ask for the passcode with pinentry, or IsLocked when there is no pinentry to ask with.
     func unlock(_ objects: [String], sender: String) throws -> [BusValue] {
-        guard try keychainState() != "unlocked" else { return [.objectPaths(objects), .objectPath("/")] }
+        guard try keychainState() != "unlocked" else {
+            let asking = try itemsThatAsk(objects, sender: sender)
+            guard !asking.isEmpty, promptKeychain != nil else { return [.objectPaths(objects), .objectPath("/")] }
+            guard asking.count <= PresenceGrants.itemsPerPrompt else {
+                throw BusErrorReply.limitsExceeded("one Unlock asks for at most \(PresenceGrants.itemsPerPrompt) items that ask first")
+            }
+            let asked = Set(asking.map(\.askedPath))
+            let path = try newPrompt(owner: sender, objects: asking.map(\.askedPath), asking: asking)
+            return [.objectPaths(objects.filter { !asked.contains($0) }), .objectPath(path)]
+        }
         guard promptKeychain != nil, UnlockDialog.findPinentry(pinentry) != nil else {
             throw BusErrorReply(name: BusErrorReply.isLockedName,
                                 "the keychain is locked and no pinentry program is installed: run `keychain unlock`")
         }
+        return [.objectPaths([]), .objectPath(try newPrompt(owner: sender, objects: objects))]
+    }
+
+    /// The items of stored collections among `objects` that ask the person first (those the
+    /// caller cannot see are left to answer as before).
+    func itemsThatAsk(_ objects: [String], sender: String) throws -> [AskingItem] {
+        var asking: [AskingItem] = []
+        for object in objects {
+            guard case .item(let collection, let id)? = try? SecretObjectPath(object, alias: { try resolveAlias($0, sender: sender) }),
+                  collection != .session, let itemID = ItemID(hex: id),
+                  case .properties(let values)? = try? cachedRead(.itemProperties(path: collection.itemPath(id)), sender: sender, {
+                      .properties(try itemProperties(collection, id: id, sender: sender))
+                  }), values["Locked"] == .bool(true) else { continue }
+            asking.append(AskingItem(askedPath: object, path: collection.itemPath(id), id: itemID, service: "secret-service:" + collection.name))
+        }
+        return asking
+    }
+
+    /// A prompt of `owner`'s, within the limits.
+    private func newPrompt(owner sender: String, objects: [String], asking: [AskingItem] = []) throws -> String {
         guard prompts.values.filter({ $0.owner == sender }).count < Self.promptsPerConnection else {
             throw BusErrorReply.limitsExceeded("this connection has \(Self.promptsPerConnection) prompts waiting already")
         }
@@ -26,8 +56,8 @@ extension SecretServiceBridge {
         }
         let path = SecretObjectPath.promptPrefix + "p\(nextPrompt)"
         nextPrompt += 1
-        prompts[path] = UnlockPrompt(owner: sender, caller: try caller(sender).identity, objects: objects)
-        return [.objectPaths([]), .objectPath(path)]
+        prompts[path] = UnlockPrompt(owner: sender, caller: try caller(sender).identity, objects: objects, asking: asking)
+        return path
     }
 
     /// Without a passcode nothing can lock. Else keychaind locks (an admin call, for the
@@ -62,8 +92,20 @@ extension SecretServiceBridge {
         switch member {
         case "Prompt":
             let windowID = try call.readString()
-            guard !prompt.started, let promptKeychain, let program = UnlockDialog.findPinentry(pinentry) else {
-                throw BusErrorReply.noSuchObject(path)
+            guard !prompt.started, let promptKeychain else { throw BusErrorReply.noSuchObject(path) }
+            let work: @Sendable () -> PromptOutcome
+            if prompt.asking.isEmpty {
+                guard let program = UnlockDialog.findPinentry(pinentry) else { throw BusErrorReply.noSuchObject(path) }
+                let dialog = UnlockDialog(pinentry: program, keychain: promptKeychain.onBehalf(of: prompt.caller),
+                                          windowID: windowID, description: "Unlock the keychain for \(Self.programName(prompt.caller.pid)) (pid \(prompt.caller.pid))")
+                work = { PromptOutcome(path: path, dismissed: !dialog.run()) }
+            } else {
+                // keychaind asks, with its own pinentry on its configured display, naming the caller.
+                let read = PresenceRead(keychain: promptKeychain.onBehalf(of: prompt.caller), items: prompt.asking)
+                work = {
+                    let granted = read.run()
+                    return PromptOutcome(path: path, dismissed: granted == nil, granted: granted ?? [])
+                }
             }
             guard runningDialogs < Self.dialogsAtOnce else {
                 throw BusErrorReply.limitsExceeded("\(Self.dialogsAtOnce) unlock dialogs are showing already; answer one first")
@@ -71,13 +113,8 @@ extension SecretServiceBridge {
             runningDialogs += 1
             prompt.started = true
             prompts[path] = prompt
-            let dialog = UnlockDialog(pinentry: program, keychain: promptKeychain.onBehalf(of: prompt.caller),
-                                      windowID: windowID, description: "Unlock the keychain for \(Self.programName(prompt.caller.pid)) (pid \(prompt.caller.pid))")
             let mailbox = mailbox
-            Thread {
-                let unlocked = dialog.run()
-                mailbox.post(PromptOutcome(path: path, dismissed: !unlocked))
-            }.start()
+            Thread { mailbox.post(work()) }.start()
             return []
         case "Dismiss":
             promptCompleted(PromptOutcome(path: path, dismissed: true))
@@ -91,7 +128,9 @@ extension SecretServiceBridge {
     /// owner alone: as gnome-keyring does, so clients that add no match rule (secretstorage)
     /// get it, and no other app learns of the prompt.
     func promptCompleted(_ outcome: PromptOutcome) {
+        // A prompt dismissed or whose owner left meanwhile: what it read is dropped (and wiped).
         guard let prompt = prompts.removeValue(forKey: outcome.path) else { return }
+        if !outcome.granted.isEmpty { presenceGrants.add(outcome.granted, for: prompt.owner) }
         do {
             try bus.emitSignal(path: outcome.path, interface: Self.promptInterface, member: "Completed",
                                [.bool(outcome.dismissed), .variant(.objectPaths(outcome.dismissed ? [] : prompt.objects))],
@@ -99,7 +138,7 @@ extension SecretServiceBridge {
         } catch {
             BridgeLog.error("cannot send Completed for \(outcome.path): \(error)")
         }
-        if !outcome.dismissed { lockStateChanged() }
+        if !outcome.dismissed && prompt.asking.isEmpty { lockStateChanged() }
     }
 
     /// login's Locked changed: PropertiesChanged on it and CollectionChanged on the service.
@@ -109,6 +148,7 @@ extension SecretServiceBridge {
         readCache.removeAll()
         do {
             let locked = try known ?? (keychainState() != "unlocked")
+            if locked { presenceGrants.removeAll() }
             changeFeed.signalledLocked = locked
             try bus.emitSignal(path: login, interface: Self.propertiesInterface, member: "PropertiesChanged",
                                [.string(Self.collectionInterface), .variantDictionary(["Locked": .bool(locked)]), .array(element: "s", [])])

@@ -14,6 +14,9 @@ struct UnlockPrompt {
     let caller: CallerIdentity
     /// What Unlock was asked to unlock: the result when it succeeds.
     let objects: [String]
+    /// Items that ask first, read for the caller once the person says yes; empty for the
+    /// unlock of the keychain itself.
+    var asking: [AskingItem] = []
     var started = false
 }
 
@@ -21,6 +24,8 @@ struct UnlockPrompt {
 struct PromptOutcome: Sendable {
     let path: String
     let dismissed: Bool
+    /// What the person allowed the prompt's owner to read (items that ask first).
+    var granted: [GrantedSecret] = []
 }
 
 /// Where prompt threads leave their outcomes for the bus thread, which sd-bus requires to be

@@ -21,6 +21,11 @@ public final class SecretServiceBridge {
     let keychain: KeychainConnection
     /// The class of new login items: "ck" (after first unlock, the default) or "ak" (when unlocked).
     let protection: String
+    /// The accc flags of items created in stored collections (--require): userPresence or
+    /// devicePasscode makes each ask the person before its secret is read; 0: none.
+    let newItemAccessFlags: UInt32
+    /// Secrets the person allowed a connection to read once (PresenceReads.swift).
+    var presenceGrants = PresenceGrants()
     var sessions = SessionTable()
     var sessionItems = SessionCollection()
     var sessionLabels = SessionLabels()
@@ -59,12 +64,14 @@ public final class SecretServiceBridge {
     /// `promptKeychain` nil: no unlock prompts (Unlock of a locked keychain is IsLocked).
     /// `changes`: a subscription on `keychain`'s daemon, taken before the process became
     /// non-dumpable (keychaind reads the subscriber's executable when it connects).
+    /// `newItemAccessFlags`: accc flags for new items of stored collections (0: none).
     public init(bus: BusConnection, keychain: KeychainConnection, changes: ChangeSubscription, protection: String = "ck",
-                promptKeychain: KeychainConnection? = nil, pinentry: String? = nil) throws(KeychainError) {
+                newItemAccessFlags: UInt32 = 0, promptKeychain: KeychainConnection? = nil, pinentry: String? = nil) throws(KeychainError) {
         self.bus = bus
         self.keychain = keychain
         self.changes = changes
         self.protection = protection
+        self.newItemAccessFlags = newItemAccessFlags
         self.promptKeychain = promptKeychain
         self.pinentry = pinentry
         mailbox = try PromptMailbox()
@@ -165,6 +172,7 @@ public final class SecretServiceBridge {
         let closed = sessions.removeAll(of: uniqueName)
         callers[uniqueName] = nil
         readCache.remove(connection: uniqueName)
+        presenceGrants.remove(connection: uniqueName)
         prompts = prompts.filter { $0.value.owner != uniqueName }
         if closed > 0 { BridgeLog.debug("\(uniqueName) left the bus: closed its \(closed) session(s)") }
     }
@@ -292,12 +300,13 @@ public final class SecretServiceBridge {
     }
 
     func login(_ sender: String) throws(BusErrorReply) -> StoredCollection {
-        StoredCollection(collection: CollectionName.login.name, keychain: try delegated(sender), protection: protection)
+        try stored(.login, sender)
     }
 
     /// A collection kept in keychaind (login or a created one), for `sender`.
     func stored(_ collection: CollectionName, _ sender: String) throws(BusErrorReply) -> StoredCollection {
-        StoredCollection(collection: collection.name, keychain: try delegated(sender), protection: protection)
+        StoredCollection(collection: collection.name, keychain: try delegated(sender), protection: protection,
+                         accessFlags: newItemAccessFlags)
     }
 
     /// The records of the collections `sender` created (CreatedCollections.swift).

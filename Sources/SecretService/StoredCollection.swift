@@ -9,6 +9,8 @@ struct StoredCollection {
     let keychain: DelegatedKeychain
     /// The class of new items: "ck" (after first unlock) or "ak" (when unlocked).
     let protection: String
+    /// accc flags of new items (the bridge's --require); 0: none.
+    var accessFlags: UInt32 = 0
 
     var service: String { "secret-service:" + collection }
 
@@ -21,10 +23,13 @@ struct StoredCollection {
     /// exactly these attributes instead of adding one.
     func create(label: String, attributes: SecretServiceAttributes, contentType: String, secret: SecretBytes,
                 replace: Bool) throws(KeychainError) -> (id: String, replaced: Bool) {
-        let added = try keychain.attributeAdd([
+        var item: AttributeDictionary = [
             "class": .string("genp"), "svce": .string(service), "xsat": .data(attributes.encoded),
-            "labl": .string(label), "xsct": .string(contentType), "v_Data": .data(secret), "pdmn": .string(protection),
-        ], replace: replace)
+            "labl": .string(label), "xsct": .string(contentType), "v_Data": .data(secret),
+        ]
+        // With constraints the class is accc's alone (keychaind refuses pdmn beside it).
+        if accessFlags != 0 { item["accc"] = .string("\(protection);\(accessFlags)") } else { item["pdmn"] = .string(protection) }
+        let added = try keychain.attributeAdd(item, replace: replace)
         guard let id = ItemID(persistentRef: added.persistentRef) else {
             throw KeychainError(.decode, "keychaind answered attributeAdd with a persistent reference of another class")
         }
@@ -32,10 +37,15 @@ struct StoredCollection {
     }
 
     /// The item's attributes (and with `secret`, v_Data): NoSuchObject for a path that is not
-    /// one of the caller's items of this collection, IsLocked when its class is locked.
+    /// one of the caller's items of this collection, IsLocked when its class is locked or it
+    /// asks the person first (never asked here: that waits on the person, and the bridge's
+    /// thread serves every client; Unlock's prompt asks).
     func item(_ id: ItemID, secret: Bool = false) throws(KeychainError) -> AttributeDictionary {
         var query: AttributeDictionary = ["v_PersistentRef": .data(id.persistentRef), "r_Attributes": .bool(true)]
-        if secret { query["r_Data"] = .bool(true) }
+        if secret {
+            query["r_Data"] = .bool(true)
+            query["u_AuthUI"] = .string("u_AuthUIF")
+        }
         guard case .single(.attributes(let attributes)) = try keychain.copyMatching(query),
               attributes["svce"]?.stringValue == service else {
             throw KeychainError(.itemNotFound, "there is no such item in the collection \(collection)")

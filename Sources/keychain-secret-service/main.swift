@@ -37,6 +37,9 @@ struct SecretServiceCommand: ParsableCommand {
     @Option(help: "The pinentry program that asks for the passcode when a client unlocks (default: pinentry on PATH).")
     var pinentry: String?
 
+    @Option(help: "Items created through the bridge ask the person before any read: presence (accc userPresence) or passcode (devicePasscode); keychaind's prompt asks, naming the reading program (default: none).")
+    var require: String?
+
     @Flag(name: .customLong("no-portal"), help: "Do not serve the desktop portal's Secret backend (org.freedesktop.impl.portal.desktop.keychain).")
     var noPortal = false
 
@@ -57,8 +60,20 @@ struct SecretServiceCommand: ParsableCommand {
 
     static let nameTakenExitStatus: Int32 = 2
 
+    /// --require's accc flags: userPresence (1) or devicePasscode (16); 0 without it.
+    static func accessFlags(_ require: String?) -> UInt32? {
+        switch require {
+        case nil: 0
+        case "presence": AccessControl.Flag.userPresence
+        case "passcode": AccessControl.Flag.devicePasscode
+        default: nil
+        }
+    }
+
     func validate() throws {
         guard protection == "ck" || protection == "ak" else { throw ValidationError("--protection is ck or ak") }
+        guard require == nil || Self.accessFlags(require) != nil else { throw ValidationError("--require is presence or passcode") }
+        guard require == nil || !importItems else { throw ValidationError("--require is for the bridge, not --import") }
         guard !(enable && disable) else { throw ValidationError("--enable and --disable exclude each other") }
         guard !dryRun || importItems else { throw ValidationError("--dry-run goes with --import") }
         guard !(importItems && (enable || disable)) else { throw ValidationError("--import excludes --enable and --disable (--import --replace enables)") }
@@ -71,8 +86,9 @@ struct SecretServiceCommand: ParsableCommand {
         BridgeLog.verbose.store(verbose, ordering: .relaxed)
         let trust = try trustUID.map { (uid) throws(KeychainError) in try ServerTrust.resolve(uid) }
         let keychain = KeychainConnection(socketPath: socket, trust: trust)
-        // Unlock prompts wait on their own connection, so that calls go on meanwhile.
-        let promptKeychain = KeychainConnection(socketPath: socket, trust: trust)
+        // Unlock prompts wait on their own connection, so that calls go on meanwhile; a read of an
+        // item that asks first waits there while the person types (up to 5 minutes).
+        let promptKeychain = KeychainConnection(socketPath: socket, timeoutMs: 300_000, trust: trust)
         do {
             // Connect before turning dumpable off: keychaind reads our executable at accept.
             _ = try keychain.status()
@@ -95,6 +111,7 @@ struct SecretServiceCommand: ParsableCommand {
         do {
             let bus = try BusConnection(.user)
             let bridge = try SecretServiceBridge(bus: bus, keychain: keychain, changes: changes, protection: protection,
+                                                 newItemAccessFlags: Self.accessFlags(require) ?? 0,
                                                  promptKeychain: promptKeychain, pinentry: pinentry)
             try bridge.serve()
             if !noPortal { try bridge.servePortal() }

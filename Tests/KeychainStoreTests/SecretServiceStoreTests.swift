@@ -155,6 +155,42 @@ struct SecretServiceStoreTests {
         expectStatus(.interactionNotAllowed) { try add(t, ["k": "v"], replace: true, pdmn: "ak") }
     }
 
+    /// An item that asks the person first (issue 29), made by any keychain client with a
+    /// Secret Service service: the bridge has no prompt of its own, so the index lists it
+    /// locked, however it is searched for, and op 48 (GetSecrets) leaves its secret out. Before
+    /// this, op 48 handed that secret to any caller of the bridge without asking.
+    @Test func anItemThatAsksFirstIsLockedToTheBridgeAndGetSecretsLeavesItOut() throws {
+        let t = try TemporaryStore()
+        try t.store.setPasscode(bytes("1234"))
+        var d = try item(["k": "v"])
+        d["pdmn"] = nil
+        d["accc"] = .string("ak;1")
+        try t.add(d)
+        let rows = try t.store.attributeIndex.search(collection: Self.login, exact: false, pairs: try SecretServiceAttributes([:]),
+                                                     scope: TemporaryStore.app)
+        let ref = try #require(rows.first?["v_PersistentRef"]?.bytesValue.map { Array($0) })
+        #expect(rows.count == 1 && rows.first?["locked"] == .bool(true))
+        let found = try t.store.attributeIndex.search(collection: Self.login, exact: false, pairs: try SecretServiceAttributes(["k": "v"]),
+                                                      scope: TemporaryStore.app)
+        #expect(found.count == 1 && found.first?["locked"] == .bool(true))
+        #expect(try t.store.attributeIndex.secrets(of: [ref], scope: TemporaryStore.app).isEmpty)
+    }
+
+    /// attributeAdd takes accc, so items the bridge creates can ask first (its --require).
+    @Test func attributeAddTakesAnAccessControlThatAsksFirst() throws {
+        let t = try TemporaryStore()
+        try t.store.setPasscode(bytes("1234"))
+        var d = try item(["k": "v"])
+        d["pdmn"] = nil
+        d["accc"] = .string("ak;1")
+        let added = try t.store.attributeIndex.add(d, replace: false, scope: TemporaryStore.app)
+        let ref = try #require(added["v_PersistentRef"]?.bytesValue.map { Array($0) })
+        #expect(try t.attributes(["v_PersistentRef": .data(ref)])?["accc"] == .string("ak;1"))
+        #expect(try t.store.attributeIndex.secrets(of: [ref], scope: TemporaryStore.app).isEmpty)
+        // Replacing it would change its secret without asking: refused as for a locked item.
+        expectStatus(.interactionNotAllowed) { _ = try t.store.attributeIndex.add(d, replace: true, scope: TemporaryStore.app) }
+    }
+
     /// The index rows are not authenticated: a row pointing a hash at another item must not
     /// make that item match.
     @Test func anIndexRowMovedToAnotherItemDoesNotMakeItMatch() throws {
