@@ -41,6 +41,14 @@ public final class AuthenticationContext: Sendable {
         try await connection.performOffThePool(Calls.done(.contextAuthenticate(reference: reference, reason: reason)))
     }
 
+    /// Gives the context the application password (LAContext.setCredential(_:type:) with
+    /// .applicationPassword): an item added or read with this context and the accc flag
+    /// applicationPassword is sealed and opened with it. Empty takes it away. At most 1024
+    /// bytes; keychaind keeps it in guarded memory until the context ends.
+    public func setApplicationPassword(_ password: SecretBytes) throws(KeychainError) {
+        try connection.perform(Calls.done(.contextSetCredential(reference: reference, credential: password)))
+    }
+
     /// Ends the context (LAContext.invalidate): its reference is unknown to keychaind after.
     public func invalidate() throws(KeychainError) {
         try connection.perform(Calls.done(.contextInvalidate(reference: reference)))

@@ -397,14 +397,19 @@ public struct AccessControl: Sendable, Equatable {
     /// The form kept in the item's attributes and returned in its results.
     public var stored: String { "\(protection.rawValue);\(flags)" }
 
+    /// Whether the secret is sealed under the application password too (docs/security.md,
+    /// "The application password"): needed to read it whatever Or and And say, since it is
+    /// in the key, not a question asked.
+    public static func needsApplicationPassword(_ flags: UInt32) -> Bool { flags & Flag.applicationPassword != 0 }
+
     /// What is not built yet of what Apple accepts: constraints on certificates, and the
-    /// application password. Keys take them: their use (sign, decrypt, agree) asks first.
+    /// application password on keys. Keys take the rest: their use (sign, decrypt, agree) asks first.
     func checkBuilt(for itemClass: ItemClass) throws(KeychainError) {
         guard itemClass == .genericPassword || itemClass == .internetPassword || itemClass == .key else {
             throw KeychainError(.unimplemented, "access-control constraints on \(itemClass.rawValue) items are not built yet (passwords and keys only)")
         }
-        guard flags & Flag.applicationPassword == 0 else {
-            throw KeychainError(.unimplemented, "the application password (2147483648) is not built yet")
+        if itemClass == .key && Self.needsApplicationPassword(flags) {
+            throw KeychainError(.unimplemented, "the application password on keys is not built yet (passwords only)")
         }
     }
 

@@ -106,6 +106,9 @@ public enum Request: Sendable, Equatable {
     /// path, issue 30): the person types the passcode into keychaind's pinentry, so it never
     /// passes through the caller. Made on the caller's own connection, never inside asCaller.
     case unlockPrompt
+    /// Gives the context `reference` the application password (LAContext.setCredential with
+    /// .applicationPassword); an empty one takes it away.
+    case contextSetCredential(reference: [UInt8], credential: SecretBytes)
 
     /// The longest fingerprint text accepted (32 digits with spaces between groups, and some slack).
     public static let maxFingerprintTextBytes = 128
@@ -116,6 +119,8 @@ public enum Request: Sendable, Equatable {
     public static let maxContextReferenceBytes = 64
     /// The longest reason a contextAuthenticate may show (it is cut shorter in the prompt).
     public static let maxReasonBytes = 1024
+    /// The longest application password a context takes.
+    public static let maxCredentialBytes = 1024
 
     /// Most items in one attributeSecrets (the bridge's GetSecrets takes as many).
     public static let maxSecretsPerCall: UInt32 = 4096
@@ -141,8 +146,8 @@ public enum Request: Sendable, Equatable {
         case credentialLookup = 46
         // 47-48: the Secret Service bridge (issue 28).
         case changeSubscribe = 47, attributeSecrets = 48
-        // 49-52: authentication contexts (issue 29; 51 is not built yet).
-        case contextCreate = 49, contextAuthenticate = 50, contextInvalidate = 52
+        // 49-52: authentication contexts (issue 29).
+        case contextCreate = 49, contextAuthenticate = 50, contextSetCredential = 51, contextInvalidate = 52
         case unlockPrompt = 53
     }
 
@@ -195,6 +200,7 @@ public enum Request: Sendable, Equatable {
         case .contextAuthenticate: .contextAuthenticate
         case .contextInvalidate: .contextInvalidate
         case .unlockPrompt: .unlockPrompt
+        case .contextSetCredential: .contextSetCredential
         }
     }
 
@@ -324,6 +330,9 @@ public enum WireCodec {
             w.lengthPrefixed(reason.utf8)
         case .contextInvalidate(let reference):
             w.lengthPrefixed(reference)
+        case .contextSetCredential(let reference, let credential):
+            w.lengthPrefixed(reference)
+            w.lengthPrefixed(credential)
         case .loginSlotAdd(let p), .loginUnlock(let p):
             w.lengthPrefixed(p)
         case .loginSlotRewrap(let old, let new):
@@ -500,7 +509,7 @@ public enum WireCodec {
             let old = try passcode(&r)
             request = .loginSlotRewrap(old: old, new: try passcode(&r))
         case .credentialLookup: request = .credentialLookup(try AttributeCodec.decode(from: &r))
-        case .contextCreate, .contextAuthenticate, .contextInvalidate:
+        case .contextCreate, .contextAuthenticate, .contextInvalidate, .contextSetCredential:
             // A context belongs to the connection and process that made it: the bridge cannot
             // hold one for a process it speaks for.
             guard !nested else { throw KeychainError(.param, "authentication contexts are made on the caller's own connection, not inside an asCaller") }
@@ -512,6 +521,9 @@ public enum WireCodec {
                     throw KeychainError(.param, "a reason is at most \(Request.maxReasonBytes) bytes of UTF-8")
                 }
                 request = .contextAuthenticate(reference: reference, reason: reason)
+            case .contextSetCredential:
+                let reference = try contextReference(&r)
+                request = .contextSetCredential(reference: reference, credential: try r.lengthPrefixed(max: Request.maxCredentialBytes))
             default: request = .contextInvalidate(reference: try contextReference(&r))
             }
         case .unlockPrompt:

@@ -52,6 +52,9 @@ final class AuthenticationContexts: Sendable {
         let owner: ContextOwner
         let process: ContextProcess
         var authentication: Authentication?
+        /// The application password (op 51), in guarded memory: zeroed when the context
+        /// goes (its last reference is here, or a read using it for the moment).
+        var credential: GuardedBytes?
     }
 
     private struct State {
@@ -126,6 +129,21 @@ final class AuthenticationContexts: Sendable {
             throw Self.unknown
         }
         return context.authentication
+    }
+
+    /// Gives `reference` the application password (nil takes it away). Checked as `authentication`.
+    func setCredential(_ credential: GuardedBytes?, _ reference: [UInt8], for owner: ContextOwner) throws(KeychainError) {
+        _ = try authentication(reference, for: owner)
+        try state.withLock { (state) throws(KeychainError) in
+            guard state.contexts[reference]?.owner == owner else { throw Self.unknown }
+            state.contexts[reference]?.credential = credential
+        }
+    }
+
+    /// The application password `reference` holds, if any. Checked as `authentication`.
+    func credential(_ reference: [UInt8], for owner: ContextOwner) throws(KeychainError) -> GuardedBytes? {
+        _ = try authentication(reference, for: owner)
+        return state.withLock { $0.contexts[reference]?.credential }
     }
 
     /// Whether `reference` spares the prompt now: authenticated within the maximum age and

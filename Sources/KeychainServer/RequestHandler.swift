@@ -63,8 +63,10 @@ final class RequestHandler {
     /// `policy` is the access policy in force for this call (a reload may replace it between
     /// calls). A call that derives a key runs all its steps here, holding whatever lock the
     /// caller holds throughout; the StoreExecutor runs them one by one instead.
-    func handle(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
-        switch begin(request, from: caller, policy: policy) {
+    /// `sealedSecret`: an add's or update's secret already sealed under the call's application
+    /// password (StoreExecutor, outside the lock).
+    func handle(_ request: Request, from caller: Caller, policy: AccessPolicy, sealedSecret: SecretBytes? = nil) -> Response {
+        switch begin(request, from: caller, policy: policy, sealedSecret: sealedSecret) {
         case .answered(let response):
             return response
         case .derive(let derivation):
@@ -94,7 +96,7 @@ final class RequestHandler {
 
     /// Checks a call and runs it, or, for one that derives a key, checks it (the wrong-passcode
     /// delay included: no Argon2id runs during a delay) and copies what its derivation needs.
-    func begin(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Step {
+    func begin(_ request: Request, from caller: Caller, policy: AccessPolicy, sealedSecret: SecretBytes? = nil) -> Step {
         // A monitor polling status must not keep the keychain from auto-locking.
         if request != .status { noteActivity() }
         defer { if request.isAdministrative { settle() } }
@@ -102,7 +104,7 @@ final class RequestHandler {
             let scope = try authorize(request, caller: caller, policy: policy)
             if let derivation = try prepare(request) { return .derive(derivation) }
             if let call = try prepareKeyCall(request, scope: scope) { return .useKey(call) }
-            return .answered(try perform(request, scope: scope, caller: caller, policy: policy))
+            return .answered(try perform(request, scope: scope, caller: caller, policy: policy, sealedSecret: sealedSecret))
         } catch {
             return .answered(Response(error: error))
         }
@@ -278,14 +280,15 @@ final class RequestHandler {
         return Response()
     }
 
-    private func perform(_ request: Request, scope: AccessScope, caller: Caller, policy: AccessPolicy) throws(KeychainError) -> Response {
+    private func perform(_ request: Request, scope: AccessScope, caller: Caller, policy: AccessPolicy,
+                         sealedSecret: SecretBytes?) throws(KeychainError) -> Response {
         switch request {
         case .add(let dict):
-            return Response(result: try store.items.add(dict, scope: scope))
+            return Response(result: try store.items.add(dict, scope: scope, sealedSecret: sealedSecret))
         case .copyMatching(let dict):
             return Response(result: try store.items.copyMatching(dict, scope: scope))
         case .update(let query, let changes):
-            try store.items.update(query, changes: changes, scope: scope)
+            try store.items.update(query, changes: changes, scope: scope, sealedSecret: sealedSecret)
         case .delete(let dict):
             try store.items.delete(dict, scope: scope)
         case .keyGenerate(let dict):
@@ -346,7 +349,7 @@ final class RequestHandler {
             throw KeychainError(.internal, "unlockPrompt asks the person: the executor runs it outside the handler")
         case .credentialLookup(let dict):
             return Response(result: .single(.attributes(try CredentialLookup(dict).run(in: store, policy: policy))))
-        case .contextCreate, .contextAuthenticate, .contextInvalidate:
+        case .contextCreate, .contextAuthenticate, .contextInvalidate, .contextSetCredential:
             throw KeychainError(.internal, "\(request.operation) reached the store: the executor serves contexts")
         }
         return Response()

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainCrypto
 import KeychainModel
 import KeychainProtocol
 import KeychainStore
@@ -25,6 +26,8 @@ final class StoreExecutor: Sendable {
         let policy: AccessPolicy
         /// The process whose connection sent it (the bridge's, for a call made for another).
         let writerPID: Int32
+        /// Its secret sealed under its application password (`sealForApplicationPassword`).
+        let sealedSecret: SecretBytes?
     }
 
     /// What the store's lock guards.
@@ -73,6 +76,8 @@ final class StoreExecutor: Sendable {
     /// How long pinentry waits for the person at an unlock prompt (the PKCS#11 module waits
     /// longer for the answer: docs/pkcs11.md).
     static let unlockPromptTimeout = 120
+    /// Wrong application passwords per item, across connections.
+    private let passwordThrottle = ApplicationPasswordThrottle()
 
     /// What a config reload replaces: read once per call under its own lock, never the
     /// store's, so that it adds no contention on the hot path.
@@ -221,7 +226,7 @@ final class StoreExecutor: Sendable {
             return search(query, from: caller, policy: policy, reader: reader, owner: owner, emit: emit)
         }
         switch request {
-        case .contextCreate, .contextAuthenticate, .contextInvalidate:
+        case .contextCreate, .contextAuthenticate, .contextInvalidate, .contextSetCredential:
             return contextCall(request, from: caller, policy: policy, owner: owner)
         default: break
         }
@@ -260,9 +265,16 @@ final class StoreExecutor: Sendable {
             if case .attributeSecrets = request { return Self.paged(response, emit: emit) }
             return response
         }
+        let sealedSecret: SecretBytes?
+        do throws(KeychainError) {
+            sealedSecret = try sealForApplicationPassword(request, owner: owner)
+        } catch {
+            return Response(error: error)
+        }
         let id = writes.withLock { queue in
             queue.lastID += 1
-            queue.pending.append(Write(id: queue.lastID, request: request, caller: caller, policy: policy, writerPID: writerPID))
+            queue.pending.append(Write(id: queue.lastID, request: request, caller: caller, policy: policy, writerPID: writerPID,
+                                       sealedSecret: sealedSecret))
             return queue.lastID
         }
         let (response, queuedSync, changed) = store.withLock { (store) -> (Response, Bool, [ChangeNotice]) in
@@ -278,7 +290,7 @@ final class StoreExecutor: Sendable {
             if let handler = store.handler {
                 handler.store.notesSecretServiceChanges = notices.hasSubscribers
                 if group.count == 1 {
-                    responses = [handler.handle(request, from: caller, policy: policy)]
+                    responses = [handler.handle(request, from: caller, policy: policy, sealedSecret: group[0].sealedSecret)]
                     changed = Self.notices(of: group[0], responses[0], handler)
                 } else {
                     (responses, changed) = Self.runGrouped(group, handler)
@@ -464,6 +476,18 @@ final class StoreExecutor: Sendable {
                                                          epoch: try executor.authenticationEpoch())
         }
 
+        func hasApplicationPassword() throws(KeychainError) -> Bool {
+            guard let context else { return false }
+            return try executor.contexts.credential(context.reference, for: context.owner) != nil
+        }
+
+        func openSealedSecret(_ sealed: SecretBytes, item persistentID: [UInt8]) throws(KeychainError) -> SecretBytes {
+            guard let context, let password = try executor.contexts.credential(context.reference, for: context.owner) else {
+                throw KeychainError(.interactionNotAllowed, "the item's secret is sealed under an application password, and the call's context holds none")
+            }
+            return try executor.openSealed(sealed, item: persistentID, password: password)
+        }
+
         func confirm(label: String?, reason: String?) throws(KeychainError) {
             let epoch = try executor.authenticationEpoch()
             try executor.confirmPresence(for: caller, label: label, reason: reason)
@@ -498,12 +522,72 @@ final class StoreExecutor: Sendable {
                 contexts.authenticated(reference, for: owner, .init(at: DaemonClock.system.monotonic(), epoch: epoch))
             case .contextInvalidate(let reference):
                 try contexts.invalidate(reference, for: owner)
+            case .contextSetCredential(let reference, let credential):
+                try contexts.setCredential(credential.isEmpty ? nil : GuardedBytes(copying: credential), reference, for: owner)
             default:
                 throw KeychainError(.internal, "\(request.operation) is not a context call")
             }
             return Response()
         } catch {
             return Response(error: error)
+        }
+    }
+
+    /// The add of an item whose accc holds applicationPassword, or an update of a secret that
+    /// carries a context: the secret sealed under the context's application password, with
+    /// Argon2id run here, on the caller's thread, with no lock but the derivation gate held.
+    /// nil when there is nothing to seal (the store then refuses an item that needed it).
+    private func sealForApplicationPassword(_ request: Request, owner: ContextOwner?) throws(KeychainError) -> SecretBytes? {
+        let query: AttributeDictionary
+        let secret: AttributeValue?
+        switch request {
+        case .add(let dict):
+            guard let accc = dict["accc"], let control = try? AccessControl(accc),
+                  AccessControl.needsApplicationPassword(control.flags) else { return nil }
+            query = dict
+            secret = dict["v_Data"]
+        case .update(let match, let changes):
+            guard let new = changes["v_Data"] else { return nil }
+            query = match
+            secret = new
+        default:
+            return nil
+        }
+        guard case .data(let given)? = query["u_CredRef"] else { return nil }
+        guard let owner else { throw AuthenticationContexts.unknown }
+        guard let password = try contexts.credential(Array(given), for: owner) else { return nil }
+        let plain: SecretBytes
+        switch secret {
+        case .data(let bytes)?: plain = bytes
+        case nil: plain = .empty
+        default: return nil  // not data: the store's parsing refuses it
+        }
+        guard plain.count <= KeychainLimits.maxSecretBytes - ApplicationPasswordSeal.overhead else {
+            throw .param("the secret of an item with an application password is at most \(KeychainLimits.maxSecretBytes - ApplicationPasswordSeal.overhead) bytes")
+        }
+        let parameters = try store.withLock { (store) throws(KeychainError) -> Argon2Parameters in
+            guard let handler = store.handler else { throw StoreExecutor.stoppingError }
+            return handler.store.configuration.argon2
+        }
+        return try derivationGate.withLock { (_) throws(KeychainError) -> SecretBytes in
+            SecretBytes(try ApplicationPasswordSeal.seal(plain, password: password, parameters: parameters))
+        }
+    }
+
+    /// An item's secret opened with the call's application password: refused during the
+    /// item's delay before any Argon2id, and a wrong password counted. One derivation at a
+    /// time (the derivation gate), so each is counted before the next check; never under the
+    /// store's lock.
+    func openSealed(_ sealed: SecretBytes, item: [UInt8], password: GuardedBytes) throws(KeychainError) -> SecretBytes {
+        try derivationGate.withLock { (_) throws(KeychainError) -> SecretBytes in
+            try passwordThrottle.check(item, at: DaemonClock.system.wall())
+            do throws(KeychainError) {
+                let secret = try ApplicationPasswordSeal.open(sealed, password: password)
+                passwordThrottle.succeeded(item)
+                return secret
+            } catch where error.status == .authFailed {
+                throw passwordThrottle.failed(item, at: DaemonClock.system.wall())
+            }
         }
     }
 
@@ -712,7 +796,7 @@ final class StoreExecutor: Sendable {
         do throws(KeychainError) {
             try handler.store.inOneTransaction {
                 for write in group {
-                    let response = handler.handle(write.request, from: write.caller, policy: write.policy)
+                    let response = handler.handle(write.request, from: write.caller, policy: write.policy, sealedSecret: write.sealedSecret)
                     responses.append(response)
                     changed += notices(of: write, response, handler)
                 }

@@ -86,8 +86,9 @@ public struct AttributeIndex {
                 guard try body(row, .corrupt) else { return }
                 continue
             }
-            // The bridge has no prompt: an item that asks first is locked to it.
-            if item.asksPerson {
+            // The bridge has no prompt and holds no context: an item that asks first, or that
+            // an application password seals, is locked to it.
+            if item.asksPerson || item.needsApplicationPassword {
                 guard try body(row, .locked) else { return }
                 continue
             }
@@ -151,9 +152,11 @@ public struct AttributeIndex {
                 return false
             }
             // An item that asks first is left out as a locked one is: its secret goes only to a
-            // copyMatching the person allowed (the bridge's Unlock prompt makes one).
+            // copyMatching the person allowed (the bridge's Unlock prompt makes one); one sealed
+            // under an application password goes only to a copyMatching with that password.
             guard let row = match, let pdmn = row.protection, store.isAvailable(pdmn), !Self.asksPerson(row),
-                  let item = try? store.open(row), !item.asksPerson, case .string(let svce)? = item.attributes["svce"],
+                  let item = try? store.open(row), !item.asksPerson, !item.sealedUnderPassword,
+                  case .string(let svce)? = item.attributes["svce"],
                   svce.hasPrefix(Self.secretServicePrefix) else { continue }
             found.append(["v_PersistentRef": .data(SecretBytes(ref)), "svce": .string(svce),
                           "xsct": item.attributes["xsct"] ?? .string("text/plain"), "v_Data": .data(item.data)])

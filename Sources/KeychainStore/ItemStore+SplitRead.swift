@@ -22,10 +22,20 @@ public protocol PresenceCheck {
     /// Whether the person already said yes for this call without being asked now (an
     /// authenticated context it carries): then nothing asks, and Fail and Skip do not apply.
     func confirmedBefore() throws(KeychainError) -> Bool
+    /// Whether the call carries an application password (an authentication context given one).
+    func hasApplicationPassword() throws(KeychainError) -> Bool
+    /// The secret under an item's application-password layer (`sealed`), opened with the
+    /// call's password: errSecAuthFailed when it is wrong or the item's delay is on. Runs
+    /// Argon2id: never called with the store's lock held.
+    func openSealedSecret(_ sealed: SecretBytes, item persistentID: [UInt8]) throws(KeychainError) -> SecretBytes
 }
 
 extension PresenceCheck {
     public func confirmedBefore() throws(KeychainError) -> Bool { false }
+    public func hasApplicationPassword() throws(KeychainError) -> Bool { false }
+    public func openSealedSecret(_ sealed: SecretBytes, item persistentID: [UInt8]) throws(KeychainError) -> SecretBytes {
+        throw SecItems.noApplicationPassword
+    }
 }
 
 /// One call's permission to read secrets of items that ask first: asked for at most once
@@ -175,6 +185,11 @@ public struct SplitReader: Sendable {
                 corrupt += 1
             }
         }
+        if query.returnData, items.contains(where: \.sealedUnderPassword), try !(consent.presence?.hasApplicationPassword() ?? false) {
+            // No password to open them with, and none can be asked for.
+            guard query.authenticationUI == .skip else { throw SecItems.noApplicationPassword }
+            items.removeAll(where: \.sealedUnderPassword)
+        }
         if query.returnData, let first = items.first(where: \.secretAsksPerson) {
             if !consent.confirmed, let presence = consent.presence, try presence.confirmedBefore() { consent.confirmed = true }
             switch query.authenticationUI {
@@ -190,6 +205,14 @@ public struct SplitReader: Sendable {
                 }
                 try presence.confirm(label: first.attributes["labl"]?.stringValue, reason: query.operationPrompt)
                 consent.confirmed = true
+            }
+        }
+        // After the person said yes, if the item also asks: a wrong password then costs no prompt
+        // more, and no password is tried for an item the person refused.
+        if query.returnData, let presence = consent.presence {
+            for i in items.indices where items[i].sealedUnderPassword {
+                items[i].data = try presence.openSealedSecret(items[i].data, item: items[i].row.persistentID)
+                items[i].sealedUnderPassword = false
             }
         }
         let done = fetched.exhausted || wanted.map { items.count >= $0 } ?? false

@@ -14,14 +14,17 @@ public struct SecItems {
     /// Adds one item. errSecDuplicateItem when its primary key is taken (unless the holder is
     /// an altered row, which the new item replaces, as securityd does). Returns the result the
     /// return keys ask for, in CopyMatching's single-item shape.
+    /// `sealedSecret`: the secret already sealed under the application password given with
+    /// the call (ApplicationPasswordSeal, made by the daemon outside its lock), for an item
+    /// whose accc holds applicationPassword; without it such an item is refused.
     @discardableResult
-    public func add(_ dict: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> QueryResult {
+    public func add(_ dict: AttributeDictionary, scope: AccessScope, sealedSecret: SecretBytes? = nil) throws(KeychainError) -> QueryResult {
         let query = try ItemQuery(dict, for: .add)
         let cls = query.itemClass
         if query.returnRef && cls != .genericPassword && cls != .internetPassword {
             throw KeychainError(.unimplemented, "r_Ref: object references do not cross the socket; ask for r_Data or r_Attributes")
         }
-        let item = try insert(query, scope: scope)
+        let item = try insert(query, scope: scope, sealedSecret: sealedSecret)
         // The caller has just given the secret: returning it asks nobody.
         return try result(for: [item], query: query, single: true, confirmed: true)
     }
@@ -32,7 +35,7 @@ public struct SecItems {
     /// `keepGivenDates`: a cdat and mdat in the query are kept (an import's, from the store it
     /// reads), not replaced by now.
     func insert(_ query: ItemQuery, scope: AccessScope, accountFromID: Bool = false,
-                keepGivenDates: Bool = false) throws(KeychainError) -> StoredItem {
+                keepGivenDates: Bool = false, sealedSecret: SecretBytes? = nil) throws(KeychainError) -> StoredItem {
         let cls = query.itemClass
         var attributes = query.attributes
         let agrp = try query.accessGroup.map { (g) throws(KeychainError) in try scope.groups(naming: g)[0] }
@@ -55,9 +58,10 @@ public struct SecItems {
         attributes["cdat"] = keepGivenDates ? query.attributes["cdat"] ?? .date(stamp) : .date(stamp)
         attributes["mdat"] = keepGivenDates ? query.attributes["mdat"] ?? attributes["cdat"] : .date(stamp)
         let data = query.data ?? .empty
+        let stored = try Self.storedSecret(data, sealed: sealedSecret, flags: AccessControl.storedFlags(attributes))
         let id = PersistentID.make(at: stamp)
         if accountFromID { attributes["acct"] = .string(PersistentID.hex(id)) }
-        var row = store.codec.seal(cls, attributes: attributes, data: data, persistentID: id, classKey: key)
+        var row = store.codec.seal(cls, attributes: attributes, data: stored, persistentID: id, classKey: key)
         row.rowid = try store.database.transaction { () throws(KeychainError) -> Int64 in
             try store.checkNoLegacyHolder(of: row, attributes: attributes)
             var inserted = row
@@ -68,6 +72,21 @@ public struct SecItems {
         }
         return StoredItem(row: row, attributes: attributes, data: data, expiry: StoredItem.expiry(in: attributes))
     }
+
+    /// What the row holds in place of `secret`: its application-password layer for an item
+    /// with that flag (none given: errSecInteractionNotAllowed), the secret itself otherwise.
+    static func storedSecret(_ secret: SecretBytes, sealed: SecretBytes?, flags: UInt32) throws(KeychainError) -> SecretBytes {
+        guard AccessControl.needsApplicationPassword(flags) else { return secret }
+        guard let sealed else { throw noApplicationPassword }
+        guard sealed.count <= KeychainLimits.maxSecretBytes else {
+            throw .param("the secret of an item with an application password is at most \(KeychainLimits.maxSecretBytes - ApplicationPasswordSeal.overhead) bytes")
+        }
+        return sealed
+    }
+
+    /// An item with an application password, read, added or changed without one. As when an
+    /// item asks the person and nobody can be asked: keychaind has no dialog for it.
+    static let noApplicationPassword = KeychainError(.interactionNotAllowed, "the item's secret is sealed under an application password (accc flag 2147483648), and the call carries none: give it to an authentication context (contextSetCredential) and send the context's u_CredRef")
 
     /// Inserts, or on a primary-key clash replaces the holder if it is an altered or expired row.
     private func insertReplacingCorrupt(_ row: ItemRow) throws(KeychainError) -> Int64 {
@@ -124,6 +143,8 @@ public struct SecItems {
         if query.returnData && !confirmed, items.contains(where: \.secretAsksPerson) {
             throw KeychainError(.interactionNotAllowed, "this item's secret is read only after the person at the machine types the keychain passcode, and nobody can be asked here")
         }
+        // Whoever calls: the application-password layer is never an answer.
+        if query.returnData, items.contains(where: \.sealedUnderPassword) { throw noApplicationPassword }
         // A non-extractable key's bytes are never an answer: left out of a dictionary, and a
         // call that asks for nothing but data is refused (docs/keys.md).
         if wanted == 1 && query.returnData, items.contains(where: KeyItem.isSealed) {
@@ -146,7 +167,10 @@ public struct SecItems {
 
     /// Changes every item the query matches, all in one transaction: a primary-key clash on
     /// any of them (errSecDuplicateItem) or a locked class leaves every item as it was.
-    public func update(_ queryDict: AttributeDictionary, changes changesDict: AttributeDictionary, scope: AccessScope) throws(KeychainError) {
+    /// `sealedSecret`: the new secret sealed under the call's application password, for the
+    /// matches whose accc holds applicationPassword (as `add`'s).
+    public func update(_ queryDict: AttributeDictionary, changes changesDict: AttributeDictionary, scope: AccessScope,
+                       sealedSecret: SecretBytes? = nil) throws(KeychainError) {
         let query = try ItemQuery(queryDict, for: .update)
         let groups = try scope.groups(naming: query.accessGroup)
         if query.itemClass == .identity {
@@ -159,7 +183,7 @@ public struct SecItems {
         try store.database.transaction { () throws(KeychainError) in
             let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
             guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
-            try apply(changes, to: items)
+            try apply(changes, to: items, sealedSecret: sealedSecret)
         }
     }
 
@@ -174,10 +198,11 @@ public struct SecItems {
     /// Rewrites each item with the changes: new attributes, secret and mdat, resealed under a
     /// fresh item key and the class key of its (possibly new) protection domain. An item left
     /// synchronizable and ThisDeviceOnly is errSecParam. The caller holds the transaction.
-    func apply(_ changes: ItemChanges, to items: [StoredItem]) throws(KeychainError) {
+    func apply(_ changes: ItemChanges, to items: [StoredItem], sealedSecret: SecretBytes? = nil) throws(KeychainError) {
         let stamp = store.now()
         for item in items {
-            if item.asksPerson && (changes.data != nil || changes.attributes["pdmn"] != nil) {
+            // accc and pdmn stay one protection class: an item with constraints keeps its own.
+            if (item.asksPerson && changes.data != nil) || (item.accessFlags != 0 && changes.attributes["pdmn"] != nil) {
                 throw KeychainError(.interactionNotAllowed, "changing the secret or protection of an item that asks the person first is not built yet: delete it and add it again")
             }
             try KeyItem.checkChange(item, changes)
@@ -193,7 +218,12 @@ public struct SecItems {
             if case .date(let old)? = item.attributes["mdat"], mdat <= old { mdat = old + 0.001 }
             attributes["mdat"] = .date(mdat)
             let pdmn = attributes["pdmn"]?.stringValue.flatMap(Protection.init(rawValue:)) ?? .whenUnlocked
-            let row = store.codec.seal(item.itemClass, attributes: attributes, data: changes.data ?? item.data,
+            // An item with an application password keeps its sealed layer, or takes the new
+            // secret sealed under the call's password.
+            let data = try changes.data.map { (new) throws(KeychainError) in
+                try Self.storedSecret(new, sealed: sealedSecret, flags: item.accessFlags)
+            } ?? item.data
+            let row = store.codec.seal(item.itemClass, attributes: attributes, data: data,
                                  persistentID: item.row.persistentID, classKey: try store.classKey(pdmn),
                                  rowid: item.row.rowid)
             try store.checkNoLegacyHolder(of: row, attributes: attributes)

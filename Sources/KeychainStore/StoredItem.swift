@@ -10,6 +10,9 @@ struct StoredItem {
     var data: SecretBytes
     /// The item's expiry (CFAbsoluteTime), read even when its attributes were not asked for.
     var expiry: Double? = nil
+    /// `data` is still the application-password layer (ApplicationPasswordSeal), not the
+    /// secret: never an answer.
+    var sealedUnderPassword = false
 
     var itemClass: ItemClass { row.itemClass }
 
@@ -32,6 +35,9 @@ struct StoredItem {
     /// Whether handing out its secret needs the person's yes. A non-extractable key's bytes
     /// never leave keychaind, so a read of it asks nothing; its use does (the key calls).
     var secretAsksPerson: Bool { asksPerson && !KeyItem.isSealed(self) }
+    /// Whether its secret is sealed under the application password too (docs/security.md,
+    /// "The application password").
+    var needsApplicationPassword: Bool { AccessControl.needsApplicationPassword(accessFlags) }
 }
 
 /// The 16 bytes behind a persistent reference: the creation time in milliseconds since 2001
@@ -187,6 +193,7 @@ struct ItemCodec {
             throw KeychainError(.decode, "item's access control does not match its sealed constraint")
         }
         return StoredItem(row: row, attributes: withAttributes ? attributes : [:], data: data,
-                          expiry: StoredItem.expiry(in: attributes))
+                          expiry: StoredItem.expiry(in: attributes),
+                          sealedUnderPassword: AccessControl.needsApplicationPassword(ItemSealer.accessFlags(of: row.blob)))
     }
 }

@@ -75,6 +75,22 @@ struct DerivationOutsideTheLockTests {
         #expect(try KeychainConnection(socketPath: socket).status()["state"] == .string("unlocked"))
     }
 
+    /// An item sealed under an application password (issue 29): its read runs Argon2id on the
+    /// password after its lookup, without the store's lock.
+    @Test func getsAreAnsweredWhileAnApplicationPasswordOpensASecret() throws {
+        let d = try lockedDaemon(cost: Self.slowCost)
+        let c = KeychainConnection(socketPath: d.socketPath)
+        try c.unlock(passcode: passcode)
+        let context = try AuthenticationContext(connection: c)
+        try context.setApplicationPassword(SecretBytes(bytes("app password")))
+        try c.add(context.applied(to: ["class": .string("genp"), "svce": .string("sealed"), "accc": .string("ak;2147483648"),
+                                       "v_Data": .data(bytes("s"))]))
+        let measured = try getLatencies(on: d) {
+            _ = try c.copyMatching(["class": .string("genp"), "svce": .string("sealed"), "r_Data": .bool(true)], context: context)
+        }
+        expectUnstalled(measured)
+    }
+
     @Test func getsAreAnsweredWhileAPasscodeChangeDerivesItsKeys() throws {
         let d = try lockedDaemon(cost: Self.slowCost)
         let socket = d.socketPath, old = passcode

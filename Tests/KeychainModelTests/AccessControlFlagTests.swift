@@ -4,8 +4,8 @@ import Testing
 /// kSecAttrAccessControl's flags, checked with Apple's rules (SecAccessControlCreateWithFlags;
 /// shared/reference/keychain-semantics.md 3.4), each combination with the code Apple gives.
 /// What Apple accepts is stored with the item (passwords and keys), except what is not built
-/// yet (the application password, constraints on certificates): errSecUnimplemented, never an
-/// item stored without its constraint.
+/// yet (the application password on keys, constraints on certificates): errSecUnimplemented,
+/// never an item stored without its constraint.
 @Suite("Access-control flags (issue 29)")
 struct AccessControlFlagTests {
     static func addStatus(_ accc: String, sync: Bool = false) -> KeychainStatus? {
@@ -24,10 +24,16 @@ struct AccessControlFlagTests {
     }
 
     /// The application password alone and with userPresence, privateKeyUsage, devicePasscode
-    /// under Or or And: accepted by Apple, not built here.
+    /// under Or or And: accepted, as by Apple, and kept with the item.
     @Test(arguments: ["ak;2147483648", "ak;2147483649", "ak;3221225473", "ak;2147483664", "ak;2147500048", "ak;2147516432"])
-    func theApplicationPasswordIsNotBuiltYet(accc: String) {
-        #expect(Self.addStatus(accc) == .unimplemented)
+    func theApplicationPasswordIsKeptWithTheItem(accc: String) throws {
+        let query = try ItemQuery(["class": .string("genp"), "accc": .string(accc)], for: .add)
+        #expect(query.attributes["accc"] == .string(accc))
+        #expect(AccessControl.needsApplicationPassword(AccessControl.storedFlags(query.attributes)))
+    }
+
+    @Test func theApplicationPasswordOnAKeyIsNotBuiltYet() {
+        #expect(queryStatus(["class": .string("keys"), "accc": .string("ak;2147483648")], for: .add) == .unimplemented)
     }
 
     /// A key's constraint governs its use (sign, decrypt, agree: docs/semantics.md).
