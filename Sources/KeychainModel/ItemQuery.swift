@@ -241,6 +241,11 @@ public struct ItemQuery: Sendable, Equatable {
     /// combination is errSecParam (Apple documents it as not allowed). For an add, and for the
     /// attributes an update would leave an item with.
     public static func checkSynchronizable(_ attributes: AttributeDictionary) throws(KeychainError) {
+        // Apple's rule for add holds for what an update leaves too: no constraint ever travels
+        // to the circle's other devices.
+        if attributes["sync"] == .int(1), AccessControl.storedFlags(attributes) != 0 {
+            throw .param("a synchronizable item (sync = 1) cannot have access-control constraints")
+        }
         guard attributes["sync"] == .int(1), let pdmn = attributes["pdmn"]?.stringValue.flatMap(Protection.init(rawValue:)),
               pdmn.isThisDeviceOnly else { return }
         throw .param("a synchronizable item (sync = 1) cannot be \(pdmn.rawValue): ThisDeviceOnly items never leave this device")

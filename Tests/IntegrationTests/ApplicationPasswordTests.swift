@@ -225,6 +225,23 @@ struct ApplicationPasswordTests {
         #expect(answer.result == .list([]), "\(answer.result)")
     }
 
+    /// Apple's rule, on update too: an item with constraints is never synchronizable, so no
+    /// update makes it one (its secret would go to the circle's other devices). Before, sync = 1
+    /// in an update's changes was refused only beside accc flags in the same changes.
+    @Test(arguments: ["ak;1", "ak;2147483648"])
+    func anUpdateCannotMakeAConstrainedItemSynchronizable(accc: String) throws {
+        let d = try Self.daemon()
+        let c = try RawConnection(d)
+        let reference = try Self.context(c)
+        var item = Self.item
+        item["accc"] = .string(accc)
+        #expect(try c.send(.add(Self.with(reference, item))).status == 0)
+        #expect(try c.send(.update(query: Self.match, changes: ["sync": .bool(true)])).status == KeychainStatus.param.rawValue)
+        let found = try c.send(.copyMatching(Self.match.merging(["r_Attributes": .bool(true)]) { $1 }))
+        guard case .single(.attributes(let attributes)) = found.result else { Issue.record("\(found)"); return }
+        #expect(attributes["sync"] == .int(0))
+    }
+
     /// The client's AuthenticationContext: the app's own calls, as LAContext.setCredential.
     @Test func theClientsContextCarriesThePassword() throws {
         let d = try Self.daemon()
