@@ -1,5 +1,6 @@
 import Foundation
 import KeychainModel
+import KeychainProtocol
 import Testing
 
 /// Freed memory never holds a secret in clear: a free() hook (Tests/Hooks/freescan.c, built
@@ -57,6 +58,48 @@ struct SecretMemoryTests {
             let result = try d.cli(arguments, input: input)
             #expect(result.status == 0, "\(name): \(result.stderr)")
         }
+        #expect(d.stop() == 0)
+        let lines = try String(contentsOfFile: report, encoding: .utf8).split(separator: "\n")
+        #expect(lines.contains { $0.hasPrefix("start ") }, "the hook did not load")
+        let hits = lines.filter { $0.hasPrefix("hit ") }
+        #expect(hits.isEmpty, "\(hits.count) freed block(s) held the marker: \(hits.prefix(5))")
+    }
+
+    /// The application password (op 51) and the secret it seals: given to a context, used to
+    /// add, read (right and wrong) and update an item, taken away, and freed with the context
+    /// and its connection (issue 29).
+    @Test func theDaemonFreesNoBlockHoldingAnApplicationPasswordOrTheSecretItSeals() throws {
+        var template = Array("/tmp/kcfs.XXXXXX".utf8CString)
+        let scratch = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let report = scratch + "/report"
+        let d = try RunningDaemon(config: "idle_timeout_seconds = 60", environment: [
+            "LD_PRELOAD": try Self.buildHook(into: scratch),
+            "FREESCAN_MARKER": Self.marker,
+            "FREESCAN_REPORT": report,
+        ])
+        let match: AttributeDictionary = ["class": .string("genp"), "svce": .string("freescan"), "acct": .string("a")]
+        do {
+            let c = try RawConnection(d)
+            let reference = try c.createContext()
+            let credRef: AttributeDictionary = ["u_CredRef": .data(reference)]
+            let password = SecretBytes(bytes("app-" + Self.marker))
+            #expect(try c.send(.contextSetCredential(reference: reference, credential: password)).status == 0)
+            let item = match.merging(["accc": .string("ak;2147483648"), "v_Data": .data(bytes("secret " + Self.marker))]) { $1 }
+            #expect(try c.send(.add(item.merging(credRef) { $1 })).status == 0)
+            let read = match.merging(credRef) { $1 }.merging(["r_Data": .bool(true)]) { $1 }
+            #expect(try c.send(.copyMatching(read)).status == 0)
+            #expect(try c.send(.update(query: match.merging(credRef) { $1 }, changes: ["v_Data": .data(bytes("new " + Self.marker))])).status == 0)
+            #expect(try c.send(.copyMatching(read)).status == 0)
+            #expect(try c.send(.contextSetCredential(reference: reference, credential: SecretBytes(bytes("wrong-" + Self.marker)))).status == 0)
+            #expect(try c.send(.copyMatching(read)).status == KeychainStatus.authFailed.rawValue)
+            #expect(try c.send(.contextSetCredential(reference: reference, credential: password)).status == 0)
+            #expect(try c.send(.contextInvalidate(reference: reference)).status == 0)
+            let other = try c.createContext()
+            #expect(try c.send(.contextSetCredential(reference: other, credential: password)).status == 0)
+            c.close()  // the second context goes with its connection
+        }
+        usleep(200_000)  // the daemon sees the connection close
         #expect(d.stop() == 0)
         let lines = try String(contentsOfFile: report, encoding: .utf8).split(separator: "\n")
         #expect(lines.contains { $0.hasPrefix("start ") }, "the hook did not load")
