@@ -242,6 +242,23 @@ struct ApplicationPasswordTests {
         #expect(attributes["sync"] == .int(0))
     }
 
+    /// userPresence beside the password (Apple allows the pair): the person is asked at
+    /// keychaind's prompt, then the password opens the secret. Without a password nobody is
+    /// asked: the call could not read the secret whatever the person said.
+    @Test func withUserPresenceBesideItThePersonIsAskedAndThePasswordStillNeeded() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = try RawConnection(d)
+        let reference = try Self.context(c)
+        var item = Self.item
+        item["accc"] = .string("ak;2147483649")
+        #expect(try c.send(.add(Self.with(reference, item))).status == 0)
+        let bare = try c.createContext()
+        #expect(try c.send(.copyMatching(Self.with(bare, Self.secretQuery))).status == KeychainStatus.interactionNotAllowed.rawValue)
+        #expect(!ItemsThatAskFirstTests.said(log).contains("GETPIN"))
+        #expect(try c.send(.copyMatching(Self.with(reference, Self.secretQuery))).result == Self.secret)
+        #expect(ItemsThatAskFirstTests.said(log).components(separatedBy: "GETPIN").count == 2)
+    }
+
     /// The client's AuthenticationContext: the app's own calls, as LAContext.setCredential.
     @Test func theClientsContextCarriesThePassword() throws {
         let d = try Self.daemon()
