@@ -90,6 +90,11 @@ final class AuthenticationContexts: Sendable {
     /// A number for a new connection.
     func openConnection() -> UInt64 { connections.add(1, ordering: .relaxed).newValue }
 
+    /// Whether `connection` holds a context: the server then keeps it open past the idle
+    /// timeout, as an app keeps its LAContext for as long as it likes (perUID bounds how many
+    /// connections a uid keeps open this way).
+    func holdsAny(_ connection: UInt64) -> Bool { state.withLock { $0.perConnection[connection] != nil } }
+
     /// Its contexts go with it.
     func connectionClosed(_ connection: UInt64) {
         state.withLock { state in

@@ -504,8 +504,10 @@ public final class KeychainServer: LifecycleService, Sendable {
             let payload: SecretBytes
             do {
                 busyPoll.watch(reader, pace: pace)
-                guard let frame = try reader.next(idleTimeoutMs: configuration.idleTimeoutMs,
-                                                  frameTimeoutMs: configuration.frameTimeoutMs) else { return }
+                // A connection holding an authentication context waits for its next request as
+                // long as it likes: closing it would end the context under the app's feet.
+                let idle = executor.contexts.holdsAny(connection) ? -1 : configuration.idleTimeoutMs
+                guard let frame = try reader.next(idleTimeoutMs: idle, frameTimeoutMs: configuration.frameTimeoutMs) else { return }
                 payload = frame
             } catch {
                 switch error {

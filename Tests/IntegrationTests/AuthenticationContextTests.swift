@@ -12,7 +12,7 @@ struct AuthenticationContextTests {
 
     /// A keychaind with a passcode, a prompt whose pinentry answers `answers`, contexts that
     /// last `maxAge` seconds, and the item that asks first of ItemsThatAskFirstTests.
-    static func daemon(answers: [String], maxAge: Int = 300) throws -> (RunningDaemon, log: String) {
+    static func daemon(answers: [String], maxAge: Int = 300, idleTimeout: Int = 60) throws -> (RunningDaemon, log: String) {
         var template = Array("/tmp/kcx.XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
         let directory = String(cString: made)
@@ -24,7 +24,7 @@ struct AuthenticationContextTests {
         chmod(program, 0o700)
         // A longer idle time-out than the tests' default: a context lives as long as its connection.
         let d = try RunningDaemon(config: """
-            idle_timeout_seconds = 60
+            idle_timeout_seconds = \(idleTimeout)
             [prompt]
             pinentry = "\(program)"
             display = ":99"
@@ -54,6 +54,22 @@ struct AuthenticationContextTests {
         #expect(try c.send(Self.read(with: reference)).result == Self.secret)
         #expect(try c.send(Self.read(with: reference)).result == Self.secret)
         #expect(Self.prompts(log) == 1)
+    }
+
+    /// An app keeps its LAContext as long as it likes: the idle timeout does not close a
+    /// connection that holds one (it did, and the context went with it: a client's async call
+    /// resumed late on a loaded machine found its context gone). Once the last context is
+    /// invalidated, the timeout applies again.
+    @Test func aConnectionHoldingAContextOutlivesTheIdleTimeout() throws {
+        let (d, log) = try Self.daemon(answers: [Self.passcode], idleTimeout: 1)
+        let c = try RawConnection(d)
+        let reference = try c.createContext()
+        Thread.sleep(forTimeInterval: 2.5)
+        #expect(try c.send(Self.read(with: reference)).result == Self.secret)
+        #expect(Self.prompts(log) == 1)
+        #expect(try c.send(.contextInvalidate(reference: reference)).status == 0)
+        Thread.sleep(forTimeInterval: 4)
+        #expect(try Frame.read(from: c.socket, idleTimeoutMs: 1000, frameTimeoutMs: 1000) == nil)
     }
 
     @Test func contextAuthenticateAsksWithItsReasonAndSparesTheReads() throws {
