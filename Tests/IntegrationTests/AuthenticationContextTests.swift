@@ -13,26 +13,12 @@ struct AuthenticationContextTests {
     /// A keychaind with a passcode, a prompt whose pinentry answers `answers`, contexts that
     /// last `maxAge` seconds, and the item that asks first of ItemsThatAskFirstTests.
     static func daemon(answers: [String], maxAge: Int = 300, idleTimeout: Int = 60) throws -> (RunningDaemon, log: String) {
-        var template = Array("/tmp/kcx.XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
-        let directory = String(cString: made)
-        let program = directory + "/pinentry", log = directory + "/pinentry.log"
-        try """
-            #!/bin/sh
-            FAKE_PINENTRY_ANSWERS='\(answers.joined(separator: ","))' FAKE_PINENTRY_LOG='\(log)' exec \(SecretServiceScripts.path("fake_pinentry.py"))
-            """.write(toFile: program, atomically: true, encoding: .utf8)
-        chmod(program, 0o700)
+        let pinentry = try ScriptedPinentry(answers: answers)
         // A longer idle time-out than the tests' default: a context lives as long as its connection.
-        let d = try RunningDaemon(config: """
-            idle_timeout_seconds = \(idleTimeout)
-            [prompt]
-            pinentry = "\(program)"
-            display = ":99"
-            context_max_age_seconds = \(maxAge)
-            """)
+        let d = try RunningDaemon(config: "idle_timeout_seconds = \(idleTimeout)\n\(pinentry.promptSection)\ncontext_max_age_seconds = \(maxAge)")
         #expect(try d.cli(["passcode", "set"], input: bytes(passcode + "\n")).status == 0)
         try KeychainConnection(socketPath: d.socketPath).add(ItemsThatAskFirstTests.item)
-        return (d, log)
+        return (d, pinentry.log)
     }
 
     /// How many times the person was asked.

@@ -13,19 +13,10 @@ struct ItemsThatAskFirstTests {
 
     /// A keychaind with a passcode and a [prompt] whose pinentry answers `answers`.
     static func daemon(answers: [String], prompt: Bool = true) throws -> (RunningDaemon, log: String) {
-        var template = Array("/tmp/kcp.XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
-        let directory = String(cString: made)
-        let program = directory + "/pinentry", log = directory + "/pinentry.log"
-        try """
-            #!/bin/sh
-            FAKE_PINENTRY_ANSWERS='\(answers.joined(separator: ","))' FAKE_PINENTRY_LOG='\(log)' exec \(SecretServiceScripts.path("fake_pinentry.py"))
-            """.write(toFile: program, atomically: true, encoding: .utf8)
-        chmod(program, 0o700)
-        let config = prompt ? "[prompt]\npinentry = \"\(program)\"\ndisplay = \":99\"" : ""
-        let d = try RunningDaemon(config: config)
+        let pinentry = try ScriptedPinentry(answers: answers)
+        let d = try RunningDaemon(config: prompt ? pinentry.promptSection : "")
         #expect(try d.cli(["passcode", "set"], input: bytes(passcode + "\n")).status == 0)
-        return (d, log)
+        return (d, pinentry.log)
     }
 
     static let item: AttributeDictionary = [

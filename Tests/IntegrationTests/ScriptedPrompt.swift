@@ -1,6 +1,31 @@
 import Foundation
 import KeychainModel
 
+/// The scripted pinentry (Tests/SecretServiceScripts/fake_pinentry.py) answering each GETPIN
+/// in turn from `answers` (a prompt's tries, comma-separated, or "cancel") and recording in
+/// `log` everything it is told, and the `[prompt]` section that points keychaind at it.
+/// keychaind starts pinentry with PATH and LANG alone, so the paths are written into a wrapper.
+struct ScriptedPinentry {
+    let directory: String
+    let program: String
+    let log: String
+
+    init(answers: [String]) throws {
+        var template = Array("/tmp/kcp.XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
+        directory = String(cString: made)
+        program = directory + "/pinentry"
+        log = directory + "/pinentry.log"
+        try """
+            #!/bin/sh
+            FAKE_PINENTRY_ANSWERS='\(answers.joined(separator: ","))' FAKE_PINENTRY_LOG='\(log)' exec \(SecretServiceScripts.path("fake_pinentry.py"))
+            """.write(toFile: program, atomically: true, encoding: .utf8)
+        chmod(program, 0o700)
+    }
+
+    var promptSection: String { "[prompt]\npinentry = \"\(program)\"\ndisplay = \":99\"" }
+}
+
 /// A keychaind whose `[prompt]` pinentry is scripted (Tests/SecretServiceScripts/fake_pinentry.py):
 /// each prompt takes the next of `answers` (one prompt's tries, comma-separated, or "cancel"),
 /// and everything pinentry is told goes to `log`, so a test reads who the prompt named.

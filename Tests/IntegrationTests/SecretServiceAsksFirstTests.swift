@@ -14,20 +14,12 @@ struct SecretServiceAsksFirstTests {
     /// keychaind with a passcode and a [prompt] whose pinentry answers `answers`, and a bridge
     /// started with `bridgeArguments`.
     static func setup(answers: [String], bridgeArguments: [String] = ["--require", "presence"]) throws -> (SecretServiceSetup, log: String) {
-        var template = Array("/tmp/kcsp.XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw KeychainError(.io, "mkdtemp") }
-        let directory = String(cString: made)
-        let program = directory + "/pinentry", log = directory + "/pinentry.log"
-        try """
-            #!/bin/sh
-            FAKE_PINENTRY_ANSWERS='\(answers.joined(separator: ","))' FAKE_PINENTRY_LOG='\(log)' exec \(SecretServiceScripts.path("fake_pinentry.py"))
-            """.write(toFile: program, atomically: true, encoding: .utf8)
-        chmod(program, 0o700)
-        let setup = try SecretServiceSetup(config: "[prompt]\npinentry = \"\(program)\"\ndisplay = \":99\"", startBridge: false)
-        setup.cleanUp.append(directory)
+        let pinentry = try ScriptedPinentry(answers: answers)
+        let setup = try SecretServiceSetup(config: pinentry.promptSection, startBridge: false)
+        setup.cleanUp.append(pinentry.directory)
         _ = try setup.startedBridge(bridgeArguments)
         #expect(try setup.daemon.cli(["passcode", "set"], input: bytes(passcode + "\n")).status == 0)
-        return (setup, log)
+        return (setup, pinentry.log)
     }
 
     static func said(_ log: String) -> String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
