@@ -1,6 +1,7 @@
 import KeychainModel
 import KeychainProtocol
 import Prometheus
+import Synchronization
 
 /// The daemon's metrics in one Prometheus registry, per daemon (not the process-wide
 /// MetricsSystem: a test process runs many daemons). Every label value comes from a fixed set
@@ -13,6 +14,25 @@ final class DaemonMetrics: Sendable {
     private let locked: Gauge
     private let outbox: Gauge
     private let syncLag: Gauge
+    /// Each answered call's counter and histogram, looked up in the registry once per kind of
+    /// call: the registry's own lookup (names and label lists built and compared as strings)
+    /// cost 7.6% of keychaind's samples on the bridge's hot path (docs/performance.md). The
+    /// keys come from fixed sets (operations, keychaind's statuses, two routes), so it stays small.
+    private let calls = Mutex<[CallKey: CallMetrics]>([:])
+
+    private struct CallKey: Hashable {
+        let operation: Request.Operation
+        let status: Int32
+        let viaBridge: Bool
+    }
+
+    private struct CallMetrics {
+        let count: Counter
+        let duration: DurationHistogram
+    }
+
+    /// The status key of a code keychaind does not define ("other" in the exposition).
+    private static let otherStatus = Int32.min
 
     /// Latency buckets, seconds: a get is tens of microseconds, an unlock's Argon2id a second.
     static let buckets: [Duration] = [.microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500),
@@ -34,13 +54,23 @@ final class DaemonMetrics: Sendable {
     /// One call answered: its operation, its status and how long it took. `via`: "socket", or
     /// "bridge" for a call the Secret Service bridge made for its D-Bus caller.
     func record(_ request: Request, status: Int32, nanoseconds: Int64, viaBridge: Bool) {
-        let operation = Self.operationName(request)
-        let via = viaBridge ? "bridge" : "socket"
-        registry.makeCounter(descriptor: Self.name("operations", "total", "Calls answered, by operation and status"),
-                             labels: [("operation", operation), ("status", Self.statusName(status)), ("via", via)]).increment()
-        registry.makeDurationHistogram(descriptor: Self.name("operation_duration", "seconds", "Time to answer a call, by operation"),
-                                       labels: [("operation", operation)], buckets: Self.buckets)
-            .recordNanoseconds(nanoseconds)
+        let key = CallKey(operation: Self.operation(request), status: KeychainStatus(rawValue: status) == nil ? Self.otherStatus : status,
+                          viaBridge: viaBridge)
+        let handles = calls.withLock { $0[key] } ?? makeHandles(key)
+        handles.count.increment()
+        handles.duration.recordNanoseconds(nanoseconds)
+    }
+
+    private func makeHandles(_ key: CallKey) -> CallMetrics {
+        let operation = "\(key.operation)"
+        let handles = CallMetrics(
+            count: registry.makeCounter(descriptor: Self.name("operations", "total", "Calls answered, by operation and status"),
+                                        labels: [("operation", operation), ("status", Self.statusName(key.status)),
+                                                 ("via", key.viaBridge ? "bridge" : "socket")]),
+            duration: registry.makeDurationHistogram(descriptor: Self.name("operation_duration", "seconds", "Time to answer a call, by operation"),
+                                                     labels: [("operation", operation)], buckets: Self.buckets))
+        calls.withLock { $0[key] = handles }
+        return handles
     }
 
     func connectionAccepted() { connections.increment() }
@@ -61,9 +91,11 @@ final class DaemonMetrics: Sendable {
     }
 
     /// The operation's wire name (`Request.Operation`); an asCaller is named for the call inside.
-    static func operationName(_ request: Request) -> String {
-        if case .asCaller(_, _, let inner) = request { return operationName(inner) }
-        return "\(request.operation)"
+    static func operationName(_ request: Request) -> String { "\(operation(request))" }
+
+    static func operation(_ request: Request) -> Request.Operation {
+        if case .asCaller(_, _, let inner) = request { return operation(inner) }
+        return request.operation
     }
 
     /// The status's OSStatus name; a code keychaind does not define is "other".
