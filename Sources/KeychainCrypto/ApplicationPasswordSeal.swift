@@ -84,6 +84,12 @@ public enum ApplicationPasswordSeal {
         return secret
     }
 
+    /// What names this sealing of a secret wherever a copy of it goes (a backup restored as a
+    /// new item keeps it; a new secret gets a new one): its salt. nil for a malformed layer.
+    public static func sealingID(of sealed: some ContiguousByteBuffer) -> [UInt8]? {
+        sealed.withUnsafeBytes { b in b.count >= overhead && b[0] == version ? Array(b[9..<headerBytes]) : nil }
+    }
+
     static func associatedData(_ header: [UInt8]) -> [UInt8] { Array("keychaind/v1/app-password".utf8) + header }
 
     private static func bigEndian(_ v: UInt32) -> [UInt8] {

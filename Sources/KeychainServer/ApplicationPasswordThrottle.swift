@@ -1,7 +1,8 @@
 import KeychainModel
 import Synchronization
 
-/// Wrong application passwords, counted per item (by its persistent id) on the passcode's
+/// Wrong application passwords, counted per sealed secret (by its salt, which a backup and a
+/// restore keep, so a delete and a restore do not start the count again) on the passcode's
 /// schedule (PasscodeThrottle: four free, then 1 min, 5 min, 15 min, 15 min, 1 h): a guesser
 /// of one item's password gets a handful of Argon2id runs an hour, from any connection. Kept
 /// in keychaind's memory, so it survives reconnections but not a restart (docs/security.md,

@@ -355,7 +355,7 @@ final class StoreExecutor: Sendable {
             if asking > 0 {
                 do {
                     try confirmPresence(for: caller, label: nil, reason: nil,
-                                        purpose: "make a backup of this keychain that holds the secrets of \(asking) item(s) that ask first")
+                                        purpose: "make a backup of this keychain that holds the secrets of \(asking) item(s) that ask first or that an application password seals")
                 } catch {
                     return Response(error: error)
                 }
@@ -579,7 +579,10 @@ final class StoreExecutor: Sendable {
     /// time (the derivation gate), so each is counted before the next check; never under the
     /// store's lock.
     func openSealed(_ sealed: SecretBytes, item: [UInt8], password: GuardedBytes) throws(KeychainError) -> SecretBytes {
-        try derivationGate.withLock { (_) throws(KeychainError) -> SecretBytes in
+        // Counted by the sealing's salt, not the item's persistent id: a delete and a restore
+        // of a backup give the same sealed secret a new id, which would start the count again.
+        let item = ApplicationPasswordSeal.sealingID(of: sealed) ?? item
+        return try derivationGate.withLock { (_) throws(KeychainError) -> SecretBytes in
             try passwordThrottle.check(item, at: DaemonClock.system.wall())
             do throws(KeychainError) {
                 let secret = try ApplicationPasswordSeal.open(sealed, password: password)

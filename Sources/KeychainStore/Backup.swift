@@ -23,8 +23,14 @@ public struct BackupContents: Sendable {
     public let excluded: Int
     /// Of `excluded`, the non-extractable keys.
     let sealedKeys: Int
-    /// How many of `items` ask the person first: their secrets are in the file too.
-    public var asksFirst: Int { items.filter { AccessControl.asksPerson(AccessControl.storedFlags($0)) }.count }
+    /// How many of `items` ask the person first or are sealed under an application password:
+    /// their secrets are in the file too.
+    public var asksFirst: Int {
+        items.filter { item in
+            let flags = AccessControl.storedFlags(item)
+            return AccessControl.asksPerson(flags) || AccessControl.needsApplicationPassword(flags)
+        }.count
+    }
     let parameters: Argon2Parameters
 
     /// What the backup file says it holds, by class (a count alone reads wrong beside
@@ -94,15 +100,18 @@ public struct BackupExporter {
     /// The protection classes whose items may leave this device.
     public static let migratable: [Protection] = [.whenUnlocked, .afterFirstUnlock, .always]
 
-    /// How many items a backup would carry that ask the person first, from the blobs' clear
-    /// headers (no class key needed): a backup holds their secrets, readable by whoever knows
-    /// the backup password, so making one asks the person as reading them does.
+    /// How many items a backup would carry that ask the person first or whose secret an
+    /// application password seals, from the blobs' clear headers (no class key needed): a backup
+    /// holds their secrets, readable by whoever knows the backup password (a sealed one open to
+    /// guessing its password offline, where no delay counts), so making one asks the person as
+    /// reading them does.
     public func asksFirstCount() throws(KeychainError) -> Int {
         var count = 0
         for cls in ItemClass.stored {
             for pdmn in Self.migratable {
                 try store.table.forEachRow(of: cls, protection: pdmn) { (row) throws(KeychainError) -> Bool in
-                    if AccessControl.asksPerson(ItemSealer.accessFlags(of: row.blob)) { count += 1 }
+                    let flags = ItemSealer.accessFlags(of: row.blob)
+                    if AccessControl.asksPerson(flags) || AccessControl.needsApplicationPassword(flags) { count += 1 }
                     return true
                 }
             }

@@ -190,18 +190,50 @@ struct ApplicationPasswordTests {
         #expect(try c.send(.copyMatching(Self.match.merging(["r_Attributes": .bool(true)]) { $1 })).status == KeychainStatus.decode.rawValue)
     }
 
+    /// The backup asks the person (it carries the sealed secret, which whoever holds the file
+    /// could guess at offline, with no delay), and the restored item keeps the seal.
     @Test func backupAndRestoreKeepThePasswordsSeal() throws {
-        let d = try Self.daemon()
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
         try Self.added(d)
         let client = KeychainConnection(socketPath: d.socketPath)
         let backupPassword = Array("backup password".utf8)
         let (file, _) = try client.backup(password: backupPassword)
+        #expect(ItemsThatAskFirstTests.said(log).contains("that an application password seals"))
         try client.delete(Self.match)
         _ = try client.restore(file, password: backupPassword)
         let c = try RawConnection(d)
         #expect(try c.send(.copyMatching(Self.secretQuery)).status == KeychainStatus.interactionNotAllowed.rawValue)
         let reference = try Self.context(c)
         #expect(try c.send(.copyMatching(Self.with(reference, Self.secretQuery))).result == Self.secret)
+    }
+
+    /// The attack: any process of the user is an admin of the user's keychaind, and a backup
+    /// holds the sealed secret. Before, it was made without asking anybody.
+    @Test func aBackupOfASealedSecretIsRefusedWhenThePersonSaysNo() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: ["cancel"])
+        try Self.added(d)
+        let client = KeychainConnection(socketPath: d.socketPath)
+        expectStatus(.userCanceled) { _ = try client.backup(password: Array("mine".utf8)) }
+        #expect(ItemsThatAskFirstTests.said(log).contains("GETPIN"))
+    }
+
+    /// The attack: four wrong guesses, then a delete and a restore of a backup to make the
+    /// item anew. The count goes with the sealed secret, which the restore keeps: the delay
+    /// holds. Before, the restored item had a new id and a fresh count.
+    @Test func theDelayOutlivesADeleteAndARestore() throws {
+        let (d, _) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        try Self.added(d)
+        let client = KeychainConnection(socketPath: d.socketPath)
+        let backupPassword = Array("backup password".utf8)
+        let (file, _) = try client.backup(password: backupPassword)
+        let c = try RawConnection(d)
+        let wrong = try Self.context(c, password: SecretBytes(Array("guess".utf8)))
+        for _ in 1...5 { _ = try c.send(.copyMatching(Self.with(wrong, Self.secretQuery))) }
+        try client.delete(Self.match)
+        _ = try client.restore(file, password: backupPassword)
+        let refused = try c.send(.copyMatching(Self.with(wrong, Self.secretQuery)))
+        #expect(refused.status == KeychainStatus.authFailed.rawValue)
+        #expect(refused.message.contains("try again in"), "\(refused.message)")
     }
 
     /// The attack: op 48 (the bridge's GetSecrets, open to any caller of the item's groups)

@@ -25,7 +25,7 @@ struct BackupKeepsTheConstraintTests {
         try c.add(Self.item)
         expectStatus(.userCanceled) { _ = try c.backup(password: Self.password) }
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        #expect(prompt.said.contains("SETDESC \(executable) (pid \(getpid())) wants to make a backup of this keychain that holds the secrets of 1 item(s) that ask first."), "\(prompt.said)")
+        #expect(prompt.said.contains("SETDESC \(executable) (pid \(getpid())) wants to make a backup of this keychain that holds the secrets of 1 item(s) that ask first or that an application password seals."), "\(prompt.said)")
     }
 
     @Test func aBackupOfPlainItemsAsksNobody() throws {
