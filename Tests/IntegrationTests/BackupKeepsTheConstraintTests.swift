@@ -1,6 +1,5 @@
 import Foundation
 import KeychainClient
-import KeychainStorage
 import Testing
 
 /// A backup of an item that asks first (issue 29): making it asks the person, since the file
@@ -65,21 +64,6 @@ struct BackupKeepsTheConstraintTests {
 
         let target = try ScriptedPrompt(answers: [])
         _ = try KeychainConnection(socketPath: target.daemon.socketPath).restore(file, password: Self.password)
-        let d = target.daemon
-        #expect(d.stop() == 0)
-        do {
-            let db = try SQLiteDatabase(path: d.stateDirectory + "/keychain.db")
-            let blob = try db.query("SELECT data FROM items") { (s) throws(KeychainError) -> [UInt8] in
-                _ = try s.step()
-                return s.blob(0)
-            }
-            #expect(blob.first == 2)
-            try db.run("UPDATE items SET data = ?", [.blob([1] + blob.dropFirst(5))])
-        }
-        try d.start()
-        #expect(try d.cli(["unlock"], input: bytes(ScriptedPrompt.passcode + "\n")).status == 0)
-        let again = KeychainConnection(socketPath: d.socketPath)
-        expectStatus(.decode) { _ = try again.copyMatching(Self.secretQuery) }
-        expectStatus(.decode) { _ = try again.copyMatching(["class": .string("genp"), "svce": .string("prod"), "r_Attributes": .bool(true)]) }
+        try ItemsThatAskFirstTests.expectDroppedConstraintIsDecode(target.daemon)
     }
 }

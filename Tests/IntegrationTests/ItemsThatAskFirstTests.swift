@@ -114,6 +114,12 @@ struct ItemsThatAskFirstTests {
         let (d, _) = try Self.daemon(answers: [])
         let c = KeychainConnection(socketPath: d.socketPath)
         try c.add(Self.item)
+        try Self.expectDroppedConstraintIsDecode(d)
+    }
+
+    /// The database editor's attack on `d`'s one item (of `item`'s service): its constrained
+    /// (format-2) blob rewritten as a plain one, then every read of it is errSecDecode.
+    static func expectDroppedConstraintIsDecode(_ d: RunningDaemon) throws {
         #expect(d.stop() == 0)
         do {
             let db = try SQLiteDatabase(path: d.stateDirectory + "/keychain.db")
@@ -125,9 +131,9 @@ struct ItemsThatAskFirstTests {
             try db.run("UPDATE items SET data = ?", [.blob([1] + blob.dropFirst(5))])
         }
         try d.start()
-        #expect(try d.cli(["unlock"], input: bytes(Self.passcode + "\n")).status == 0)
+        #expect(try d.cli(["unlock"], input: bytes(passcode + "\n")).status == 0)
         let again = KeychainConnection(socketPath: d.socketPath)
-        expectStatus(.decode) { _ = try again.copyMatching(Self.secretQuery) }
+        expectStatus(.decode) { _ = try again.copyMatching(secretQuery) }
         expectStatus(.decode) { _ = try again.copyMatching(["class": .string("genp"), "svce": .string("prod"), "r_Attributes": .bool(true)]) }
     }
 }
