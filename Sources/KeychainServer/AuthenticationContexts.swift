@@ -74,7 +74,12 @@ final class AuthenticationContexts: Sendable {
         }
     }
 
-    private let state = Mutex(State())
+    /// A PthreadMutex, as every lock on the request path (PthreadMutex.swift says why).
+    private let state = PthreadMutex(State())
+    /// How many contexts exist, for the questions asked on every request: with none (nearly
+    /// always) they are answered without the lock, which eight busy clients' requests
+    /// otherwise all queue on (docs/performance.md).
+    private let live = Atomic<Int>(0)
     private let connections = Atomic<UInt64>(0)
     /// Seconds an authentication spares its context the prompt.
     let maxAge: Double
@@ -87,17 +92,28 @@ final class AuthenticationContexts: Sendable {
     /// another connection's reference from a made-up one.
     static let unknown = KeychainError(.param, "u_CredRef names no authentication context of this connection and process; make one with contextCreate on the connection that uses it")
 
+    /// `body` on the state, for a change that may add or remove contexts: `live` follows the
+    /// table inside the same lock, so a reader that sees 0 has no context to miss.
+    private func changing<R, E: Error>(_ body: (inout State) throws(E) -> R) throws(E) -> R {
+        try state.withLock { (state) throws(E) -> R in
+            defer { live.store(state.contexts.count, ordering: .releasing) }
+            return try body(&state)
+        }
+    }
+
     /// A number for a new connection.
     func openConnection() -> UInt64 { connections.add(1, ordering: .relaxed).newValue }
 
     /// Whether `connection` holds a context: the server then keeps it open past the idle
     /// timeout, as an app keeps its LAContext for as long as it likes (perUID bounds how many
     /// connections a uid keeps open this way).
-    func holdsAny(_ connection: UInt64) -> Bool { state.withLock { $0.perConnection[connection] != nil } }
+    func holdsAny(_ connection: UInt64) -> Bool {
+        live.load(ordering: .acquiring) > 0 && state.withLock { $0.perConnection[connection] != nil }
+    }
 
     /// Its contexts go with it.
     func connectionClosed(_ connection: UInt64) {
-        state.withLock { state in
+        changing { state in
             guard state.perConnection[connection] != nil else { return }
             for (reference, context) in state.contexts where context.owner.connection == connection { state.remove(reference) }
         }
@@ -109,7 +125,7 @@ final class AuthenticationContexts: Sendable {
             throw KeychainError(.param, "the process that opened this connection (pid \(owner.pid)) has exited: an authentication context belongs to it")
         }
         let reference = Sodium.randomBytes(Self.referenceBytes)
-        try state.withLock { (state) throws(KeychainError) in
+        try changing { (state) throws(KeychainError) in
             guard state.perConnection[owner.connection, default: 0] < Self.perConnection else {
                 throw KeychainError(.allocate, "this connection holds \(Self.perConnection) authentication contexts, the most it may; invalidate one first")
             }
@@ -130,7 +146,7 @@ final class AuthenticationContexts: Sendable {
         guard let context = state.withLock({ $0.contexts[reference] }), context.owner == owner else { throw Self.unknown }
         // Outside the lock: a read of /proc.
         guard ContextProcess(pid: owner.pid) == context.process else {
-            state.withLock { $0.remove(reference) }
+            changing { $0.remove(reference) }
             throw Self.unknown
         }
         return context.authentication
@@ -169,7 +185,7 @@ final class AuthenticationContexts: Sendable {
 
     /// Ends `reference` (errSecParam as `authentication` when it is not this connection's).
     func invalidate(_ reference: [UInt8], for owner: ContextOwner) throws(KeychainError) {
-        try state.withLock { (state) throws(KeychainError) in
+        try changing { (state) throws(KeychainError) in
             guard state.contexts[reference]?.owner == owner else { throw Self.unknown }
             state.remove(reference)
         }
@@ -177,6 +193,7 @@ final class AuthenticationContexts: Sendable {
 
     /// The contexts `connection` holds (status `contexts`).
     func count(connection: UInt64) -> Int {
-        state.withLock { $0.perConnection[connection] ?? 0 }
+        guard live.load(ordering: .acquiring) > 0 else { return 0 }
+        return state.withLock { $0.perConnection[connection] ?? 0 }
     }
 }

@@ -18,7 +18,9 @@ final class DaemonMetrics: Sendable {
     /// call: the registry's own lookup (names and label lists built and compared as strings)
     /// cost 7.6% of keychaind's samples on the bridge's hot path (docs/performance.md). The
     /// keys come from fixed sets (operations, keychaind's statuses, two routes), so it stays small.
-    private let calls = Mutex<[CallKey: CallMetrics]>([:])
+    /// A PthreadMutex, as every lock taken on each request: under Swift's Mutex eight clients
+    /// spun in its slow path for half the daemon's CPU (docs/performance.md).
+    private let calls = PthreadMutex<[CallKey: CallMetrics]>([:])
 
     private struct CallKey: Hashable {
         let operation: Request.Operation
