@@ -96,7 +96,7 @@ let package = Package(
         // D-Bus through sd-bus: the only target that imports CSystemd.
         .target(name: "DBus", dependencies: ["CSystemd", "KeychainModel"]),
         // Wire format and socket I/O, shared by daemon and client (no crypto, no storage).
-        .target(name: "KeychainProtocol", dependencies: ["KeychainModel"]),
+        .target(name: "KeychainProtocol", dependencies: ["KeychainModel", "CSystemShim"]),
         .target(
             name: "KeychainServer",
             dependencies: [

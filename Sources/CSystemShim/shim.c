@@ -1,4 +1,5 @@
 #define _GNU_SOURCE
+#include <sys/epoll.h>
 #include "csystem_shim.h"
 #include <sys/socket.h>
 #include <sys/prctl.h>
@@ -52,4 +53,28 @@ int csystem_spawn_detached(int32_t *pid, const char *path, char *const argv[], c
     posix_spawnattr_destroy(&attributes);
     if (rc == 0) *pid = (int32_t)child;
     return rc;
+}
+
+int csystem_wait_connection(int listener, int wake) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return -1;
+    struct epoll_event on_listener = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u32 = 1 };
+    struct epoll_event on_wake = { .events = EPOLLIN, .data.u32 = 0 };
+    int result = -1;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, listener, &on_listener) == 0 && epoll_ctl(ep, EPOLL_CTL_ADD, wake, &on_wake) == 0) {
+        for (;;) {
+            struct epoll_event got[2];
+            int n = epoll_wait(ep, got, 2, -1);
+            if (n < 0 && errno == EINTR) continue;
+            if (n > 0) {
+                result = 1;
+                for (int i = 0; i < n; i++) if (got[i].data.u32 == 0) result = 0;
+            }
+            break;
+        }
+    }
+    int saved = errno;
+    close(ep);
+    errno = saved;
+    return result;
 }

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CSystemShim
 import KeychainModel
 import Synchronization
 
@@ -192,16 +193,17 @@ public final class UnixSocket: Sendable {
     /// daemon's next start.
     public func accept(orWakeOn wake: Int32) throws(SocketFailure) -> UnixSocket? {
         while true {
+            // One waiter per connection: with poll(2) a connection woke every idle worker (up
+            // to eight), and all but one went back to sleep after a failed accept, a quarter
+            // of keychaind's CPU per short-lived connection (docs/performance.md).
             let woken: Bool
             do throws(SocketFailure) {
                 woken = try withDescriptor { (fd) throws(SocketFailure) in
-                    var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
                     do throws(SystemCallError) {
-                        _ = try SystemCall.retrying("poll") { poll(&fds, 2, -1) }
+                        return try SystemCall.retrying("epoll_wait") { csystem_wait_connection(fd, wake) } == 0
                     } catch {
                         throw .system(error.call, error.errno)
                     }
-                    return fds[1].revents != 0
                 }
             } catch .closedHere {
                 return nil
