@@ -107,9 +107,9 @@ let commands: [Command] = [
         do throws(KeychainError) {
             try connection.update(query, changes)
         } catch {
-            // Unlocked, this code is an item that asks first refusing the change: not a lock.
+            // Unlocked, this code is an item that asks first whose update nobody could allow: not a lock.
             if error.status == .interactionNotAllowed, case .string("unlocked")? = try? connection.status()["state"] {
-                throw PromptOutcome(error: error, hint: "`keychain list` shows which items ask first; to change such an item's secret or class, delete it and add it again")
+                throw PromptOutcome(error: error, hint: "`keychain list` shows which items ask first; changing one asks at keychaind's prompt, which needs a display or terminal in [prompt] of keychaind.toml")
             }
             throw error
         }

@@ -81,3 +81,15 @@ extension KeychainConnection {
         return try await copyMatching(context.applied(to: query))
     }
 }
+
+extension KeychainKey {
+    /// This key on the context's connection, each use (sign, decrypt, agree) carrying
+    /// `context` (Apple's kSecUseAuthenticationContext on a SecKey operation): once the context
+    /// is authenticated, a key that asks first signs without a prompt for the context's life,
+    /// and the first use's prompt authenticates a context that is not yet.
+    public func using(_ context: AuthenticationContext) -> KeychainKey {
+        var key = using(context.connection)
+        key.context = context
+        return key
+    }
+}

@@ -21,6 +21,8 @@ public struct KeychainKey: Sendable {
     /// Every attribute of the stored item (kcls, klbl, usage flags...).
     public let attributes: AttributeDictionary
     public let connection: KeychainConnection
+    /// The authentication context its calls carry (`using(_:)` with a context), if any.
+    var context: AuthenticationContext? = nil
 
     /// The application tag that marks a key for the ssh-agent.
     public static let sshTag = Array("ssh".utf8)
@@ -122,8 +124,11 @@ public struct KeychainKey: Sendable {
 
     // MARK: internals
 
-    /// How every call names this key: its persistent reference.
-    var reference: AttributeDictionary { ["v_PersistentRef": .data(persistentRef)] }
+    /// How every call names this key: its persistent reference, with the context's `u_CredRef`.
+    var reference: AttributeDictionary {
+        let named: AttributeDictionary = ["v_PersistentRef": .data(persistentRef)]
+        return context?.applied(to: named) ?? named
+    }
 
     private static func attributes(_ type: KeyType, label: String, accessibility: Accessibility, accessGroup: String?,
                                    extractable: Bool, applicationTag: [UInt8]?, accessControl: AccessControl?) -> AttributeDictionary {

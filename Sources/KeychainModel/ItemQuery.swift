@@ -295,7 +295,9 @@ public struct ItemQuery: Sendable, Equatable {
 public struct ItemChanges: Sendable, Equatable {
     public var attributes: AttributeDictionary = [:]
     public var data: SecretBytes?
-    private var accessControl: AccessControl?
+    /// The `accc` the update gives, checked; nil: the item keeps its own constraint (under the
+    /// new pdmn, if one is given).
+    public private(set) var accessControl: AccessControl?
 
     public var isEmpty: Bool { attributes.isEmpty && data == nil }
 
@@ -339,9 +341,9 @@ public struct ItemChanges: Sendable, Equatable {
         }
         if let control = accessControl {
             attributes["pdmn"] = .string(try control.reconcile(with: attributes["pdmn"], synchronizable: attributes["sync"] == .int(1)).rawValue)
-            guard control.flags == 0 else {
-                throw KeychainError(.unimplemented, "changing an item's access-control constraints is not built yet: delete the item and add it again with them")
-            }
+            // As in securityd, the new access control replaces the item's (SecItems.apply,
+            // once the person allowed the update of an item that asks first).
+            if control.flags != 0 { try control.checkBuilt(for: cls) }
         }
     }
 }

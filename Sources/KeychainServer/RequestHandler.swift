@@ -65,8 +65,10 @@ final class RequestHandler {
     /// caller holds throughout; the StoreExecutor runs them one by one instead.
     /// `sealedSecret`: an add's or update's secret already sealed under the call's application
     /// password (StoreExecutor, outside the lock).
-    func handle(_ request: Request, from caller: Caller, policy: AccessPolicy, sealedSecret: SecretBytes? = nil) -> Response {
-        switch begin(request, from: caller, policy: policy, sealedSecret: sealedSecret) {
+    /// `allowedByPerson`: the items that ask first whose update the person allowed (StoreExecutor).
+    func handle(_ request: Request, from caller: Caller, policy: AccessPolicy, sealedSecret: SecretBytes? = nil,
+                allowedByPerson: Set<[UInt8]> = []) -> Response {
+        switch begin(request, from: caller, policy: policy, sealedSecret: sealedSecret, allowedByPerson: allowedByPerson) {
         case .answered(let response):
             return response
         case .derive(let derivation):
@@ -96,7 +98,8 @@ final class RequestHandler {
 
     /// Checks a call and runs it, or, for one that derives a key, checks it (the wrong-passcode
     /// delay included: no Argon2id runs during a delay) and copies what its derivation needs.
-    func begin(_ request: Request, from caller: Caller, policy: AccessPolicy, sealedSecret: SecretBytes? = nil) -> Step {
+    func begin(_ request: Request, from caller: Caller, policy: AccessPolicy, sealedSecret: SecretBytes? = nil,
+               allowedByPerson: Set<[UInt8]> = []) -> Step {
         // A monitor polling status must not keep the keychain from auto-locking.
         if request != .status { noteActivity() }
         defer { if request.isAdministrative { settle() } }
@@ -104,7 +107,8 @@ final class RequestHandler {
             let scope = try authorize(request, caller: caller, policy: policy)
             if let derivation = try prepare(request) { return .derive(derivation) }
             if let call = try prepareKeyCall(request, scope: scope) { return .useKey(call) }
-            return .answered(try perform(request, scope: scope, caller: caller, policy: policy, sealedSecret: sealedSecret))
+            return .answered(try perform(request, scope: scope, caller: caller, policy: policy, sealedSecret: sealedSecret,
+                                         allowedByPerson: allowedByPerson))
         } catch {
             return .answered(Response(error: error))
         }
@@ -281,14 +285,14 @@ final class RequestHandler {
     }
 
     private func perform(_ request: Request, scope: AccessScope, caller: Caller, policy: AccessPolicy,
-                         sealedSecret: SecretBytes?) throws(KeychainError) -> Response {
+                         sealedSecret: SecretBytes?, allowedByPerson: Set<[UInt8]>) throws(KeychainError) -> Response {
         switch request {
         case .add(let dict):
             return Response(result: try store.items.add(dict, scope: scope, sealedSecret: sealedSecret))
         case .copyMatching(let dict):
             return Response(result: try store.items.copyMatching(dict, scope: scope))
         case .update(let query, let changes):
-            try store.items.update(query, changes: changes, scope: scope, sealedSecret: sealedSecret)
+            try store.items.update(query, changes: changes, scope: scope, sealedSecret: sealedSecret, allowedByPerson: allowedByPerson)
         case .delete(let dict):
             try store.items.delete(dict, scope: scope)
         case .keyGenerate(let dict):

@@ -28,6 +28,8 @@ final class StoreExecutor: Sendable {
         let writerPID: Int32
         /// Its secret sealed under its application password (`sealForApplicationPassword`).
         let sealedSecret: SecretBytes?
+        /// The items that ask first the person allowed it to change (`askBeforeUpdate`).
+        let allowedByPerson: Set<[UInt8]>
     }
 
     /// What the store's lock guards.
@@ -257,7 +259,7 @@ final class StoreExecutor: Sendable {
             }
             return response
         }
-        if Self.usesAKey(request) { return usingKey(request, from: caller, policy: policy) }
+        if Self.usesAKey(request) { return usingKey(request, from: caller, policy: policy, owner: owner) }
         guard request.writesItems else {
             let response = locked { $0.handle(request, from: caller, policy: policy) }
             if request.isAdministrative { timerWake.signal() }
@@ -266,7 +268,10 @@ final class StoreExecutor: Sendable {
             return response
         }
         let sealedSecret: SecretBytes?
+        let allowedByPerson: Set<[UInt8]>
         do throws(KeychainError) {
+            // The person first: no secret is sealed for an update they refuse.
+            allowedByPerson = try askBeforeUpdate(request, from: caller, policy: policy, owner: owner)
             sealedSecret = try sealForApplicationPassword(request, owner: owner)
         } catch {
             return Response(error: error)
@@ -274,7 +279,7 @@ final class StoreExecutor: Sendable {
         let id = writes.withLock { queue in
             queue.lastID += 1
             queue.pending.append(Write(id: queue.lastID, request: request, caller: caller, policy: policy, writerPID: writerPID,
-                                       sealedSecret: sealedSecret))
+                                       sealedSecret: sealedSecret, allowedByPerson: allowedByPerson))
             return queue.lastID
         }
         let (response, queuedSync, changed) = store.withLock { (store) -> (Response, Bool, [ChangeNotice]) in
@@ -290,7 +295,8 @@ final class StoreExecutor: Sendable {
             if let handler = store.handler {
                 handler.store.notesSecretServiceChanges = notices.hasSubscribers
                 if group.count == 1 {
-                    responses = [handler.handle(request, from: caller, policy: policy, sealedSecret: group[0].sealedSecret)]
+                    responses = [handler.handle(request, from: caller, policy: policy, sealedSecret: group[0].sealedSecret,
+                                                allowedByPerson: group[0].allowedByPerson)]
                     changed = Self.notices(of: group[0], responses[0], handler)
                 } else {
                     (responses, changed) = Self.runGrouped(group, handler)
@@ -386,11 +392,18 @@ final class StoreExecutor: Sendable {
     /// A key call holds the lock only to find and open its key; using it, the costly step (a
     /// KDF over a frame of shared info takes seconds), runs on the caller's thread alongside
     /// other calls, so key users use every core and hold nobody up.
-    private func usingKey(_ request: Request, from caller: Caller, policy: AccessPolicy) -> Response {
+    private func usingKey(_ request: Request, from caller: Caller, policy: AccessPolicy, owner: ContextOwner?) -> Response {
+        var context: UsedContext?
+        do throws(KeychainError) {
+            // As for a read: another connection's reference fails the call before the key is opened.
+            if let query = Self.keyQuery(of: request) { context = try usedContext(query, owner: owner) }
+        } catch {
+            return Response(error: error)
+        }
         switch store.withLock({ $0.handler?.begin(request, from: caller, policy: policy) }) {
         case .useKey(let call)?:
             do throws(KeychainError) {
-                return useKey(try permitted(call, for: caller))
+                return useKey(try permitted(call, for: caller, context: context))
             } catch {
                 return Response(error: error)
             }
@@ -400,17 +413,23 @@ final class StoreExecutor: Sendable {
         }
     }
 
-    /// The one place where a key use whose key asks first (userPresence or devicePasscode)
-    /// gets the person's yes, after the store's lock is released: u_AuthUI Fail is
-    /// errSecInteractionNotAllowed, otherwise keychaind's prompt asks, once per use. An
-    /// authentication context (u_CredRef, ops 49-52, not built yet) will be checked here
-    /// first, so that a use within one skips the prompt.
-    private func permitted(_ call: PreparedKeyCall, for caller: Caller) throws(KeychainError) -> PreparedKeyCall {
-        guard let question = call.question else { return call }
-        guard question.mayAsk else {
-            throw KeychainError(.interactionNotAllowed, "the key asks the person first, and the call said not to ask (u_AuthUI Fail)")
+    private static func keyQuery(of request: Request) -> AttributeDictionary? {
+        switch request {
+        case .keyPublic(let query), .keySign(let query, _), .keyVerify(let query, _), .keyAgree(let query, _),
+             .keyEncrypt(let query, _), .keyDecrypt(let query, _): query
+        default: nil
         }
-        try confirmPresence(for: caller, label: question.label, reason: question.reason)
+    }
+
+    /// The one place where a key use whose key asks first (userPresence or devicePasscode)
+    /// gets the person's yes, after the store's lock is released: an authenticated context the
+    /// call carries (u_CredRef) gives it without a prompt for the context's life; otherwise
+    /// u_AuthUI Fail is errSecInteractionNotAllowed, and keychaind's prompt asks, once per use,
+    /// its yes authenticating the context the call carries.
+    private func permitted(_ call: PreparedKeyCall, for caller: Caller, context: UsedContext?) throws(KeychainError) -> PreparedKeyCall {
+        guard let question = call.question else { return call }
+        try personAllows(CallerPresence(executor: self, caller: caller, context: context),
+                         label: question.label, reason: question.reason, mayAsk: question.mayAsk)
         return call.allowedByPerson()
     }
 
@@ -425,14 +444,7 @@ final class StoreExecutor: Sendable {
             var frames = AnswerFrames()
             // A reference that is not this connection's fails the call before anything is read,
             // whether or not an item would ask.
-            var context: UsedContext?
-            if case .data(let given)? = query["u_CredRef"] {
-                guard let owner else { throw AuthenticationContexts.unknown }
-                let reference = Array(given)
-                _ = try contexts.authentication(reference, for: owner)
-                context = UsedContext(reference: reference, owner: owner)
-            }
-            let presence = CallerPresence(executor: self, caller: caller, context: context)
+            let presence = CallerPresence(executor: self, caller: caller, context: try usedContext(query, owner: owner))
             let answer = try reader.copyMatching(query, scope: scope, store: ReadLookup(executor: self), presence: presence) { (page) throws(KeychainError) in
                 for result in page { try frames.add(result, emit: emit) }
             }
@@ -461,6 +473,48 @@ final class StoreExecutor: Sendable {
     private struct UsedContext {
         let reference: [UInt8]
         let owner: ContextOwner
+    }
+
+    /// The context `query` carries, if any: errSecParam when it is not one of this
+    /// connection's and process's, whether or not anything would ask.
+    private func usedContext(_ query: AttributeDictionary, owner: ContextOwner?) throws(KeychainError) -> UsedContext? {
+        guard case .data(let given)? = query["u_CredRef"] else { return nil }
+        guard let owner else { throw AuthenticationContexts.unknown }
+        let reference = Array(given)
+        _ = try contexts.authentication(reference, for: owner)
+        return UsedContext(reference: reference, owner: owner)
+    }
+
+    /// The person's yes for one call, outside the store's lock: an authenticated context the
+    /// call carries gives it without a prompt; otherwise u_AuthUI Fail is
+    /// errSecInteractionNotAllowed, and keychaind's prompt asks (authenticating the context,
+    /// as an LAContext is evaluated on first use).
+    private func personAllows(_ presence: CallerPresence, label: String?, reason: String?, mayAsk: Bool) throws(KeychainError) {
+        if try presence.confirmedBefore() { return }
+        guard mayAsk else {
+            throw KeychainError(.interactionNotAllowed, "the item asks the person first, and the call said not to ask (u_AuthUI Fail)")
+        }
+        try presence.confirm(label: label, reason: reason)
+    }
+
+    /// An update that would change items that ask first asks the person once, before its
+    /// write is queued and with no lock held (the question is found in one short hold). The
+    /// answer names the items by persistent id: the write, under the lock, changes no other
+    /// item that asks. Empty when nothing asks.
+    private func askBeforeUpdate(_ request: Request, from caller: Caller, policy: AccessPolicy,
+                                 owner: ContextOwner?) throws(KeychainError) -> Set<[UInt8]> {
+        guard case .update(let match, let changes) = request else { return [] }
+        let context = try usedContext(match, owner: owner)
+        let scope = policy.scope(for: caller)
+        if scope.groups.isEmpty { return [] }  // the update itself says why not
+        let found = try store.withLock { (store) throws(KeychainError) -> UpdateQuestion? in
+            guard let handler = store.handler else { throw StoreExecutor.stoppingError }
+            return try handler.store.items.updateQuestion(match, changes: changes, scope: scope)
+        }
+        guard let question = found else { return [] }
+        try personAllows(CallerPresence(executor: self, caller: caller, context: context),
+                         label: question.label, reason: question.reason, mayAsk: question.mayAsk)
+        return question.items
     }
 
     /// The person asked for one caller's read, outside the store's lock; an authenticated
@@ -799,7 +853,8 @@ final class StoreExecutor: Sendable {
         do throws(KeychainError) {
             try handler.store.inOneTransaction {
                 for write in group {
-                    let response = handler.handle(write.request, from: write.caller, policy: write.policy, sealedSecret: write.sealedSecret)
+                    let response = handler.handle(write.request, from: write.caller, policy: write.policy, sealedSecret: write.sealedSecret,
+                                                  allowedByPerson: write.allowedByPerson)
                     responses.append(response)
                     changed += notices(of: write, response, handler)
                 }

@@ -5,7 +5,7 @@ import KeychainStorage
 /// (priv = 1, kSecAttrIsPrivate) whose application label (klbl) equals the certificate's
 /// public-key hash (pkhh), as in securityd. The key class (kcls) plays no part. Both columns
 /// hash under one domain, so the join works on hashes without decrypting.
-struct Identity {
+struct Identity: Sendable {
     var certificate: StoredItem
     var key: StoredItem
 }
@@ -53,26 +53,15 @@ struct Identities {
         return found
     }
 
-    /// CopyMatching of class idnt: the join and its result, in one hold of the store.
-    /// An identity whose key asks first gives no key bytes: asking from inside this one hold
-    /// of the lock is not built, so u_AuthUI Skip leaves it out and anything else is
-    /// errSecInteractionNotAllowed (its key's use asks, through the key calls).
-    func copyMatching(_ query: ItemQuery, groups: [String]) throws(KeychainError) -> QueryResult {
-        var found = try find(query, groups: groups, limit: query.limit.maxRows)
-        if query.returnData, found.contains(where: \.key.secretAsksPerson) {
-            guard query.authenticationUI == .skip else {
-                throw KeychainError(.interactionNotAllowed, "an identity's key asks the person first, and reading identities does not ask yet: read the certificate, and use the key through the key calls")
-            }
-            found.removeAll(where: \.key.secretAsksPerson)
-            guard !found.isEmpty else { throw KeychainError(.itemNotFound, "the matching identities' keys ask the person first (left out under u_AuthUI Skip)") }
-        }
-        return try result(found, query: query)
-    }
-
     /// Key attributes overlaid by the certificate's; v_Data is the key, certdata the certificate.
-    func result(_ identities: [Identity], query: ItemQuery) throws(KeychainError) -> QueryResult {
+    /// `confirmed`: the person allowed this call to read the bytes of keys that ask first
+    /// (SplitReader asks, outside the lock); without it such a key's bytes are never an answer.
+    static func result(_ identities: [Identity], query: ItemQuery, confirmed: Bool) throws(KeychainError) -> QueryResult {
         if query.returnRef {
             throw KeychainError(.unimplemented, "r_Ref: identity references do not cross the socket; ask for r_Attributes and r_Data")
+        }
+        if query.returnData && !confirmed, identities.contains(where: \.key.secretAsksPerson) {
+            throw KeychainError(.interactionNotAllowed, "an identity's key asks the person first, and nobody can be asked here")
         }
         let wanted = [query.returnData, query.returnAttributes, query.returnPersistentRef].filter { $0 }.count
         let single = query.limit.returnsSingle
@@ -115,7 +104,8 @@ struct Identities {
 
     /// Applies certificate attributes to the certificates, key attributes and v_Data to the
     /// keys, and agrp/pdmn/sync to both, in one transaction.
-    func update(_ query: ItemQuery, changesDict: AttributeDictionary, groups: [String], scope: AccessScope) throws(KeychainError) {
+    func update(_ query: ItemQuery, changesDict: AttributeDictionary, groups: [String], scope: AccessScope,
+                allowedByPerson: Set<[UInt8]> = []) throws(KeychainError) {
         let all = try ItemChanges(changesDict, for: .identity)
         var certChanges = ItemChanges()
         var keyChanges = ItemChanges(data: all.data)
@@ -133,7 +123,7 @@ struct Identities {
         try store.database.transaction { () throws(KeychainError) in
             let identities = try find(query, groups: groups, limit: nil)
             if !certChanges.isEmpty { try store.items.apply(certChanges, to: identities.map(\.certificate)) }
-            if !keyChanges.isEmpty { try store.items.apply(keyChanges, to: uniqueKeys(identities)) }
+            if !keyChanges.isEmpty { try store.items.apply(keyChanges, to: uniqueKeys(identities), allowedByPerson: allowedByPerson) }
         }
     }
 

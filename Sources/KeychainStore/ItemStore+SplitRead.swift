@@ -43,6 +43,29 @@ extension PresenceCheck {
 struct ReadConsent {
     let presence: (any PresenceCheck)?
     var confirmed = false
+
+    /// Whether the call reads the secrets of items that ask first (the first of them labelled
+    /// `label`): asks the person unless they said yes already (in this call or through its
+    /// context); false under u_AuthUI Skip (leave them out); errSecInteractionNotAllowed
+    /// under Fail or with nobody to ask.
+    mutating func permits(label: String?, query: ItemQuery) throws(KeychainError) -> Bool {
+        if !confirmed, let presence, try presence.confirmedBefore() { confirmed = true }
+        switch query.authenticationUI {
+        case _ where confirmed:
+            return true
+        case .skip:
+            return false
+        case .fail:
+            throw KeychainError(.interactionNotAllowed, "the item asks the person first, and the call said not to ask (u_AuthUI Fail)")
+        case .allow:
+            guard let presence else {
+                throw KeychainError(.interactionNotAllowed, "the item asks the person first, and nobody can be asked here")
+            }
+            try presence.confirm(label: label, reason: query.operationPrompt)
+            confirmed = true
+            return true
+        }
+    }
 }
 
 /// A CopyMatching, parsed and planned before the lock is taken.
@@ -101,7 +124,16 @@ public struct SplitReader: Sendable {
         var consent = ReadConsent(presence: presence)
         let groups = try scope.groups(naming: query.accessGroup)
         if query.itemClass == .identity {
-            let result = try store.lookup { (store) throws(KeychainError) in try Identities(store: store).copyMatching(query, groups: groups) }
+            // The join holds the lock; the person is asked for a key's bytes after it.
+            var found = try store.lookup { (store) throws(KeychainError) in
+                try Identities(store: store).find(query, groups: groups, limit: query.limit.maxRows)
+            }
+            if query.returnData, let first = found.first(where: \.key.secretAsksPerson),
+               try !consent.permits(label: first.key.attributes["labl"]?.stringValue ?? first.certificate.attributes["labl"]?.stringValue, query: query) {
+                found.removeAll(where: \.key.secretAsksPerson)
+                guard !found.isEmpty else { throw KeychainError(.itemNotFound, "the matching identities' keys ask the person first (left out under u_AuthUI Skip)") }
+            }
+            let result = try Identities.result(found, query: query, confirmed: consent.confirmed)
             guard case .list(let results) = result else { return result }
             try page(results)
             return .list([])
@@ -190,22 +222,9 @@ public struct SplitReader: Sendable {
             guard query.authenticationUI == .skip else { throw SecItems.noApplicationPassword }
             items.removeAll(where: \.sealedUnderPassword)
         }
-        if query.returnData, let first = items.first(where: \.secretAsksPerson) {
-            if !consent.confirmed, let presence = consent.presence, try presence.confirmedBefore() { consent.confirmed = true }
-            switch query.authenticationUI {
-            case _ where consent.confirmed:
-                break
-            case .skip:
-                items.removeAll(where: \.secretAsksPerson)
-            case .fail:
-                throw KeychainError(.interactionNotAllowed, "the item asks the person first, and the call said not to ask (u_AuthUI Fail)")
-            case .allow:
-                guard let presence = consent.presence else {
-                    throw KeychainError(.interactionNotAllowed, "the item asks the person first, and nobody can be asked here")
-                }
-                try presence.confirm(label: first.attributes["labl"]?.stringValue, reason: query.operationPrompt)
-                consent.confirmed = true
-            }
+        if query.returnData, let first = items.first(where: \.secretAsksPerson),
+           try !consent.permits(label: first.attributes["labl"]?.stringValue, query: query) {
+            items.removeAll(where: \.secretAsksPerson)
         }
         // After the person said yes, if the item also asks: a wrong password then costs no prompt
         // more, and no password is tried for an item the person refused.

@@ -169,12 +169,16 @@ public struct SecItems {
     /// any of them (errSecDuplicateItem) or a locked class leaves every item as it was.
     /// `sealedSecret`: the new secret sealed under the call's application password, for the
     /// matches whose accc holds applicationPassword (as `add`'s).
+    /// `allowedByPerson`: the persistent ids of the items that ask first which the person
+    /// allowed this update to change (`updateQuestion`, asked outside the store's lock); a
+    /// match that asks first and is not among them is errSecInteractionNotAllowed.
     public func update(_ queryDict: AttributeDictionary, changes changesDict: AttributeDictionary, scope: AccessScope,
-                       sealedSecret: SecretBytes? = nil) throws(KeychainError) {
+                       sealedSecret: SecretBytes? = nil, allowedByPerson: Set<[UInt8]> = []) throws(KeychainError) {
         let query = try ItemQuery(queryDict, for: .update)
         let groups = try scope.groups(naming: query.accessGroup)
         if query.itemClass == .identity {
-            try Identities(store: store).update(query, changesDict: changesDict, groups: groups, scope: scope)
+            try Identities(store: store).update(query, changesDict: changesDict, groups: groups, scope: scope,
+                                                allowedByPerson: allowedByPerson)
             return
         }
         let changes = try ItemChanges(changesDict, for: query.itemClass)
@@ -183,8 +187,40 @@ public struct SecItems {
         try store.database.transaction { () throws(KeychainError) in
             let (items, corrupt) = try find(plan, limit: nil, withAttributes: true)
             guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
-            try apply(changes, to: items, sealedSecret: sealedSecret)
+            try apply(changes, to: items, sealedSecret: sealedSecret, allowedByPerson: allowedByPerson)
         }
+    }
+
+    /// What the person must allow before an update of `queryDict` runs: the matches that ask
+    /// first (userPresence or devicePasscode), nil when none does. Only rows whose sealed
+    /// header says they ask are opened, so an update of plain items pays one lookup.
+    /// Securityd copies every attribute of the old item into the new one, secret included, so
+    /// any update of such an item needs its constraint satisfied, not only one of the secret.
+    /// An update the store would refuse for such an item anyway (a key's bytes, sync = 1 beside
+    /// a constraint) is refused here, before anybody is asked.
+    public func updateQuestion(_ queryDict: AttributeDictionary, changes changesDict: AttributeDictionary,
+                               scope: AccessScope) throws(KeychainError) -> UpdateQuestion? {
+        let query = try ItemQuery(queryDict, for: .update)
+        let groups = try scope.groups(naming: query.accessGroup)
+        let changes = try ItemChanges(changesDict, for: query.itemClass)
+        var asking: [StoredItem] = []
+        if query.itemClass == .identity {
+            asking = try Identities(store: store).find(query, groups: groups, limit: nil).map(\.key).filter(\.asksPerson)
+        } else {
+            let plan = plan(query.itemClass, attributes: query.attributes, groups: groups, query: query)
+            let now = store.now()
+            try store.table.forEach(plan.filter) { (row) throws(KeychainError) -> Bool in
+                guard AccessControl.asksPerson(ItemSealer.accessFlags(of: row.blob)) else { return true }
+                if let item = try? store.open(row, withAttributes: true), plan.matches(item), !item.isExpired(at: now) {
+                    asking.append(item)
+                }
+                return true
+            }
+            for item in asking { _ = try updatedAttributes(item, changes) }
+        }
+        guard let first = asking.first else { return nil }
+        return UpdateQuestion(items: Set(asking.map(\.row.persistentID)), label: first.attributes["labl"]?.stringValue,
+                              reason: query.operationPrompt, mayAsk: query.authenticationUI != .fail)
     }
 
     /// The new group must be the caller's; the new class key must be loaded.
@@ -198,26 +234,21 @@ public struct SecItems {
     /// Rewrites each item with the changes: new attributes, secret and mdat, resealed under a
     /// fresh item key and the class key of its (possibly new) protection domain. An item left
     /// synchronizable and ThisDeviceOnly is errSecParam. The caller holds the transaction.
-    func apply(_ changes: ItemChanges, to items: [StoredItem], sealedSecret: SecretBytes? = nil) throws(KeychainError) {
+    func apply(_ changes: ItemChanges, to items: [StoredItem], sealedSecret: SecretBytes? = nil,
+               allowedByPerson: Set<[UInt8]> = []) throws(KeychainError) {
         let stamp = store.now()
         for item in items {
-            // accc and pdmn stay one protection class: an item with constraints keeps its own.
-            if (item.asksPerson && changes.data != nil) || (item.accessFlags != 0 && changes.attributes["pdmn"] != nil) {
-                throw KeychainError(.interactionNotAllowed, "changing the secret or protection of an item that asks the person first is not built yet: delete it and add it again")
+            // By persistent id: the person's yes was for these items, found before the lock was
+            // taken again; one that matches only now (added meanwhile) was never asked for.
+            if item.asksPerson && !allowedByPerson.contains(item.row.persistentID) {
+                throw KeychainError(.interactionNotAllowed, "the update would change an item that asks the person first, and the person was not asked for it (it matched after the question): run the update again")
             }
-            try KeyItem.checkChange(item, changes)
-            var attributes = item.attributes
-            if item.itemClass == .certificate {
-                attributes = try CertificateItem.updated(attributes, changes: changes, currentData: item.data)
-            } else {
-                attributes.merge(changes.attributes) { _, new in new }
-            }
-            try ItemQuery.checkSynchronizable(attributes)
+            var attributes = try updatedAttributes(item, changes)
+            let pdmn = attributes["pdmn"]?.stringValue.flatMap(Protection.init(rawValue:)) ?? .whenUnlocked
             // mdat strictly increases, even if the clock did not move.
             var mdat = stamp
             if case .date(let old)? = item.attributes["mdat"], mdat <= old { mdat = old + 0.001 }
             attributes["mdat"] = .date(mdat)
-            let pdmn = attributes["pdmn"]?.stringValue.flatMap(Protection.init(rawValue:)) ?? .whenUnlocked
             // An item with an application password keeps its sealed layer, or takes the new
             // secret sealed under the call's password.
             let data = try changes.data.map { (new) throws(KeychainError) in
@@ -241,6 +272,37 @@ public struct SecItems {
                 store.noteSecretServiceChange(.changed, row: row, attributes: attributes)
             }
         }
+    }
+
+    /// `item`'s attributes with `changes` applied and checked (mdat aside): what may not change
+    /// of a key, the constraint (`constrain`), sync beside a constraint or ThisDeviceOnly.
+    func updatedAttributes(_ item: StoredItem, _ changes: ItemChanges) throws(KeychainError) -> AttributeDictionary {
+        try KeyItem.checkChange(item, changes)
+        var attributes = item.attributes
+        if item.itemClass == .certificate {
+            attributes = try CertificateItem.updated(attributes, changes: changes, currentData: item.data)
+        } else {
+            attributes.merge(changes.attributes) { _, new in new }
+        }
+        let pdmn = attributes["pdmn"]?.stringValue.flatMap(Protection.init(rawValue:)) ?? .whenUnlocked
+        try Self.constrain(&attributes, item: item, changes: changes, protection: pdmn)
+        try ItemQuery.checkSynchronizable(attributes)
+        return attributes
+    }
+
+    /// The updated item's `accc`: an update without accc keeps the item's constraint under its
+    /// (possibly new) protection class, so no pdmn change drops it; an update with accc
+    /// replaces it, as securityd's copy of the item takes the new access control (for an item
+    /// that asks first, only once the person allowed the update). The application password
+    /// is in the stored secret, not a question: adding or removing it would need the secret
+    /// opened and sealed again, which an update does not do.
+    static func constrain(_ attributes: inout AttributeDictionary, item: StoredItem, changes: ItemChanges,
+                          protection: Protection) throws(KeychainError) {
+        let flags = changes.accessControl?.flags ?? item.accessFlags
+        if AccessControl.needsApplicationPassword(flags) != AccessControl.needsApplicationPassword(item.accessFlags) {
+            throw KeychainError(.unimplemented, "an update cannot add or remove the application password (accc flag 2147483648): delete the item and add it again")
+        }
+        attributes["accc"] = flags == 0 ? nil : .string(AccessControl(protection: protection, flags: flags).stored)
     }
 
     // MARK: SecItemDelete

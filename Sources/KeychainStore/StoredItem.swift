@@ -4,7 +4,7 @@ import KeychainStorage
 
 /// An item opened from its row: the secret and, when they were asked for, every attribute
 /// (defaults included).
-struct StoredItem {
+struct StoredItem: Sendable {
     var row: ItemRow
     var attributes: AttributeDictionary
     var data: SecretBytes

@@ -63,9 +63,11 @@ struct StoredCollection {
         return row
     }
 
+    /// An item that asks first is IsLocked here too: its update asks the person (as securityd's
+    /// does), which the bridge's thread never waits for.
     func update(_ id: ItemID, _ changes: AttributeDictionary) throws(KeychainError) {
         _ = try item(id)
-        try keychain.update(["v_PersistentRef": .data(id.persistentRef)], changes)
+        try keychain.update(["v_PersistentRef": .data(id.persistentRef), "u_AuthUI": .string("u_AuthUIF")], changes)
     }
 
     /// Deletes without opening the item: works while it is locked, as deletes do.

@@ -96,19 +96,6 @@ struct ItemsThatAskFirstTests {
         expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(Self.secretQuery) }
     }
 
-    @Test func anUpdateCannotDropTheConstraintOrReplaceTheSecret() throws {
-        let (d, _) = try Self.daemon(answers: [])
-        let c = KeychainConnection(socketPath: d.socketPath)
-        try c.add(Self.item)
-        let match: AttributeDictionary = ["class": .string("genp"), "svce": .string("prod")]
-        expectStatus(.interactionNotAllowed) { try c.update(match, ["accc": .string("ck")]) }
-        expectStatus(.interactionNotAllowed) { try c.update(match, ["v_Data": .data([1])]) }
-        try c.update(match, ["labl": .string("renamed")])
-        let found = try c.copyMatching(match.merging(["r_Attributes": .bool(true)]) { $1 })
-        guard case .single(.attributes(let attributes)) = found else { Issue.record("\(found)"); return }
-        #expect(attributes["accc"] == .string("ak;1"))
-    }
-
     /// The attack: the database edited to turn the constrained blob into a plain one.
     @Test func droppingTheConstraintInTheDatabaseIsErrSecDecode() throws {
         let (d, _) = try Self.daemon(answers: [])

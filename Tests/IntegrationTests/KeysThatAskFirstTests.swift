@@ -118,18 +118,19 @@ struct KeysThatAskFirstTests {
         #expect(Self.prompts(log) == 1)
     }
 
-    /// The identity join runs in one hold of the store's lock, where no prompt may run: an
-    /// identity whose extractable key asks first gives no key bytes (Skip leaves it out), and
-    /// its attributes and certificate are read without asking.
-    @Test func anIdentityWhoseKeyAsksGivesNoKeyBytes() throws {
+    /// An identity whose extractable key asks first: its key bytes are read after the
+    /// person's yes (asked outside the lock, after the join), once per call; Fail refuses
+    /// and Skip leaves it out, neither asking; its attributes and certificate ask nothing.
+    @Test func anIdentitysKeyBytesAskThePersonOnce() throws {
         let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
         let c = KeychainConnection(socketPath: d.socketPath)
         let certificates = CertificateTests()
-        _ = try KeychainKey.importPrivateKey(SecretBytes(try certificates.expected("p256.private")), type: .p256, label: "tls key",
+        let privateKey = try certificates.expected("p256.private")
+        _ = try KeychainKey.importPrivateKey(SecretBytes(privateKey), type: .p256, label: "tls key",
                                              extractable: true, accessControl: Self.presence, connection: c)
         #expect(try d.cli(["cert", "add", certificates.pemPath]).status == 0)
         let identity: AttributeDictionary = ["class": .string("idnt"), "r_Data": .bool(true)]
-        expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(identity) }
+        expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(identity.merging(["u_AuthUI": .string("u_AuthUIF")]) { $1 }) }
         expectStatus(.itemNotFound) { _ = try c.copyMatching(identity.merging(["u_AuthUI": .string("u_AuthUIS")]) { $1 }) }
         guard case .single(.attributes(let attributes)) = try c.copyMatching(["class": .string("idnt"), "r_Attributes": .bool(true)]) else {
             Issue.record("no identity")
@@ -137,6 +138,71 @@ struct KeysThatAskFirstTests {
         }
         #expect(attributes["certdata"] == .data(try certificates.der))
         #expect(Self.prompts(log) == 0)
+        #expect(try c.copyMatching(identity.merging(["u_OpPrompt": .string("serve TLS")]) { $1 }) == .single(.data(privateKey)))
+        #expect(Self.prompts(log) == 1)
+        #expect(ItemsThatAskFirstTests.said(log).contains("%0AIts reason: serve TLS"))
+    }
+
+    /// An authentication context spares an identity's key bytes the prompt, as a read's.
+    @Test func anAuthenticatedContextReadsAnIdentitysKeyBytesWithoutAPrompt() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let certificates = CertificateTests()
+        let privateKey = try certificates.expected("p256.private")
+        _ = try KeychainKey.importPrivateKey(SecretBytes(privateKey), type: .p256, label: "tls key",
+                                             extractable: true, accessControl: Self.presence, connection: c)
+        #expect(try d.cli(["cert", "add", certificates.pemPath]).status == 0)
+        let context = try AuthenticationContext(connection: c)
+        try context.authenticate(reason: "serve TLS")
+        let identity: AttributeDictionary = ["class": .string("idnt"), "r_Data": .bool(true), "u_AuthUI": .string("u_AuthUIF")]
+        #expect(try c.copyMatching(identity, context: context) == .single(.data(privateKey)))
+        #expect(Self.prompts(log) == 1)
+    }
+
+    /// LAContext with SecKey: an authenticated context spares each use the prompt for its
+    /// life; a new one is authenticated by the first use's prompt.
+    @Test func aContextAsksOnceForTwoSignatures() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let key = try KeychainKey.generate(.ed25519, label: "release signing", accessControl: Self.presence, connection: c)
+        let context = try AuthenticationContext(connection: c)
+        let signing = key.using(context)
+        for n in 1...2 {
+            let signature = try signing.sign([UInt8]("v\(n)".utf8), algorithm: .ed25519, reason: "tag release \(n)")
+            #expect(try key.verify(signature, for: [UInt8]("v\(n)".utf8), algorithm: .ed25519))
+        }
+        #expect(Self.prompts(log) == 1)
+        _ = try key.sign([1], algorithm: .ed25519)  // without the context: asks again
+        #expect(Self.prompts(log) == 2)
+    }
+
+    @Test func anAuthenticatedContextSignsAndDecryptsWithoutAPromptEvenUnderFail() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let c = try RawConnection(d)
+        let key = try KeychainKey.generate(.p256, label: "mail", accessControl: Self.passcode, connection: KeychainConnection(socketPath: d.socketPath))
+        let reference = try c.createContext()
+        #expect(try c.send(.contextAuthenticate(reference: reference, reason: "read mail")).status == 0)
+        let query: AttributeDictionary = ["v_PersistentRef": .data(key.persistentRef), "u_CredRef": .data(reference), "u_AuthUI": .string("u_AuthUIF")]
+        let signed = try c.send(.keySign(query: query, parameters: ["algorithm": .string(KeySigningAlgorithm.ecdsaMessageX962SHA256.rawValue), "data": .data([1])]))
+        #expect(signed.status == 0)
+        let ciphertext = try key.encrypt(SecretBytes(Array("hello".utf8)))
+        let opened = try c.send(.keyDecrypt(query: query, parameters: ["algorithm": .string(try #require(key.defaultEncryptionAlgorithm).rawValue), "data": .data(SecretBytes(ciphertext))]))
+        #expect(opened.result == .single(.data(Array("hello".utf8))))
+        #expect(Self.prompts(log) == 1)
+    }
+
+    /// The attack: a context learnt by another connection, carried by a key call, is
+    /// refused before the key is opened, and nobody is asked.
+    @Test func aContextOfAnotherConnectionIsRefusedForKeyUse() throws {
+        let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
+        let key = try KeychainKey.generate(.ed25519, label: "k", accessControl: Self.presence, connection: KeychainConnection(socketPath: d.socketPath))
+        let mine = try RawConnection(d), other = try RawConnection(d)
+        let reference = try mine.createContext()
+        #expect(try mine.send(.contextAuthenticate(reference: reference, reason: "")).status == 0)
+        let query: AttributeDictionary = ["v_PersistentRef": .data(key.persistentRef), "u_CredRef": .data(reference)]
+        #expect(try other.send(.keySign(query: query, parameters: Self.signEd25519)).status == KeychainStatus.param.rawValue)
+        #expect(try mine.send(.keySign(query: query, parameters: Self.signEd25519)).status == 0)
+        #expect(Self.prompts(log) == 1)
     }
 
     /// An extractable key travels in a backup with its constraint, sealed again on restore:

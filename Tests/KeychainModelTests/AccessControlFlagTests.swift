@@ -47,8 +47,11 @@ struct AccessControlFlagTests {
         #expect(queryStatus(["class": .string("cert"), "accc": .string("ak;1")], for: .add) == .unimplemented)
     }
 
-    @Test func anUpdateCannotSetConstraintsYet() {
-        #expect(thrownStatus { () throws(KeychainError) in try ItemChanges(["accc": .string("ak;1")], for: .genericPassword) } == .unimplemented)
+    @Test func anUpdateGivesConstraintsUnderTheRulesOfAdd() throws {
+        #expect(try ItemChanges(["accc": .string("ak;1")], for: .genericPassword).accessControl?.flags == AccessControl.Flag.userPresence)
+        #expect(thrownStatus { () throws(KeychainError) in try ItemChanges(["accc": .string("ak;17")], for: .genericPassword) } == .param)
+        #expect(thrownStatus { () throws(KeychainError) in try ItemChanges(["accc": .string("ak;8")], for: .genericPassword) } == .notAvailable)
+        #expect(thrownStatus { () throws(KeychainError) in try ItemChanges(["accc": .string("ak;1")], for: .certificate) } == .unimplemented)
     }
 
     @Test func authenticationUIAndTheReasonAreRead() throws {

@@ -195,9 +195,14 @@ import Testing
         let t = try TemporaryStore()
         expectStatus(.param) { try t.add(genp("s", "a", ["sync": .bool(true), "accc": .string("ak;1")])) }
         try t.add(genp("s", "a", ["sync": .bool(true)]))
-        expectStatus(.unimplemented) {
+        expectStatus(.param) {
             try t.store.items.update(genp("s", "a", ["sync": .bool(true)]), changes: ["accc": .string("ak;1")], scope: TemporaryStore.app)
         }
+        expectStatus(.param) {
+            try t.store.items.update(genp("s", "a", ["sync": .bool(true)]), changes: ["accc": .string("ak;1"), "sync": .bool(true)],
+                                     scope: TemporaryStore.app)
+        }
+        #expect(try t.attributes(genp("s", "a", ["sync": .bool(true)]))?["accc"] == nil)
     }
 }
 
