@@ -130,15 +130,41 @@ extension SecretServiceBridge {
     func promptCompleted(_ outcome: PromptOutcome) {
         // A prompt dismissed or whose owner left meanwhile: what it read is dropped (and wiped).
         guard let prompt = prompts.removeValue(forKey: outcome.path) else { return }
+        if !outcome.dismissed && prompt.asking.isEmpty && askAfterUnlocking(prompt, path: outcome.path) { return }
         if !outcome.granted.isEmpty { presenceGrants.add(outcome.granted, for: prompt.owner) }
+        // Once the keychain is unlocked, a no to the items that ask first leaves the rest unlocked.
+        let dismissed = outcome.dismissed && !prompt.unlockedKeychain
+        let asked = Set(prompt.asking.map(\.askedPath))
+        let unlocked = dismissed ? [] : outcome.dismissed ? prompt.objects.filter { !asked.contains($0) } : prompt.objects
         do {
             try bus.emitSignal(path: outcome.path, interface: Self.promptInterface, member: "Completed",
-                               [.bool(outcome.dismissed), .variant(.objectPaths(outcome.dismissed ? [] : prompt.objects))],
-                               destination: prompt.owner)
+                               [.bool(dismissed), .variant(.objectPaths(unlocked))], destination: prompt.owner)
         } catch {
             BridgeLog.error("cannot send Completed for \(outcome.path): \(error)")
         }
-        if !outcome.dismissed && prompt.asking.isEmpty { lockStateChanged() }
+    }
+
+    /// After a prompt unlocked the keychain: the items that ask first among those Unlock named
+    /// (which could not be told apart while it was locked) are asked for in the same prompt,
+    /// keychaind asking as for an unlocked keychain's Unlock, so that one Unlock opens them
+    /// (it took a second Unlock). Completed waits for that answer. False when none asks.
+    private func askAfterUnlocking(_ unlocking: UnlockPrompt, path: String) -> Bool {
+        lockStateChanged()
+        guard let promptKeychain, let asking = try? itemsThatAsk(unlocking.objects, sender: unlocking.owner),
+              !asking.isEmpty, asking.count <= PresenceGrants.itemsPerPrompt else { return false }
+        var prompt = unlocking
+        prompt.asking = asking
+        prompt.unlockedKeychain = true
+        prompts[path] = prompt
+        let read = PresenceRead(keychain: promptKeychain.onBehalf(of: prompt.caller), items: asking)
+        let mailbox = mailbox
+        // Counted as the prompt's dialog was: the bus thread's loop counts its outcome down.
+        runningDialogs += 1
+        Thread {
+            let granted = read.run()
+            mailbox.post(PromptOutcome(path: path, dismissed: granted == nil, granted: granted ?? []))
+        }.start()
+        return true
     }
 
     /// login's Locked changed: PropertiesChanged on it and CollectionChanged on the service.

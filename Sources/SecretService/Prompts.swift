@@ -18,6 +18,8 @@ struct UnlockPrompt {
     /// unlock of the keychain itself.
     var asking: [AskingItem] = []
     var started = false
+    /// The prompt unlocked the keychain and goes on asking for `asking` (LockCalls.swift).
+    var unlockedKeychain = false
 }
 
 /// A prompt's outcome, handed from its thread to the bus thread.

@@ -77,6 +77,26 @@ struct SecretServiceAsksFirstTests {
         #expect(Self.said(log).contains("SETDESC /usr/bin/secret-tool (pid "), "\(Self.said(log))")
     }
 
+    /// With keychaind locked, one Unlock does both: the bridge's dialog unlocks keychaind, then
+    /// keychaind's own prompt asks for the item that asks first (it took a second Unlock).
+    @Test func oneUnlockOfALockedKeychainAlsoAsksForTheItemThatAsksFirst() throws {
+        let pinentry = try ScriptedPinentry(answers: [Self.passcode])
+        let setup = try SecretServiceSetup(config: pinentry.promptSection, startBridge: false)
+        setup.cleanUp.append(pinentry.directory)
+        _ = try setup.startedBridge(["--require", "presence", "--pinentry", SecretServiceScripts.path("fake_pinentry.py")],
+                                    environment: ["FAKE_PINENTRY_ANSWERS": Self.passcode, "FAKE_PINENTRY_LOG": setup.daemon.root + "/bridge-pinentry.log",
+                                                  "PATH": "/usr/bin:/bin"])
+        #expect(try setup.daemon.cli(["passcode", "set"], input: bytes(Self.passcode + "\n")).status == 0)
+        let item = try #require(try setup.pythonJSON("asks_first.py", ["create"])["path"] as? String)
+        #expect(try setup.daemon.cli(["lock"]).status == 0)
+        let read = try setup.pythonJSON("asks_first.py", ["unlock-read", item])
+        #expect(read["prompted"] as? Bool == true)
+        #expect(read["dismissed"] as? Bool == false)
+        #expect(read["result"] as? [String] == [item])
+        #expect(read["secret"] as? String == "asked for")
+        #expect(Self.said(pinentry.log).contains("\u{201C}asks first\u{201D}"), "\(Self.said(pinentry.log))")
+    }
+
     /// An item that asks first made by another keychain client (not through the bridge): before
     /// op 48 left such items out, GetSecrets gave its secret to any caller without asking.
     @Test func getSecretsNeverHandsOutAnItemThatAsksFirstWithoutAsking() throws {
