@@ -196,7 +196,7 @@ public struct AttributeIndex {
         let row = store.codec.seal(item.itemClass, attributes: attributes, data: query.data ?? .empty,
                                    persistentID: item.row.persistentID, classKey: try store.classKey(pdmn), rowid: item.row.rowid)
         try store.table.replace(row)
-        try store.queueReplicaChange(replaced: item.row, with: row)
+        try store.outbox.queue(replaced: item.row, with: row)
         store.noteSecretServiceChange(.changed, row: row, attributes: attributes)
     }
 

@@ -181,7 +181,7 @@ public struct Restorer {
                                            persistentID: PersistentID.make(at: store.now()), classKey: try store.classKey(pdmn))
                 do throws(KeychainError) {
                     row.rowid = try store.table.insert(row)
-                    try store.queueReplicaChange(inserted: row)
+                    try store.outbox.queue(inserted: row)
                     summary.restored += 1
                 } catch where error.status == .duplicateItem {
                     conflicts += 1
@@ -196,7 +196,7 @@ public struct Restorer {
                             try store.table.delete(rowid: holder.rowid)
                         }
                         row.rowid = try store.table.insert(row)
-                        try store.queueReplicaChange(inserted: row)
+                        try store.outbox.queue(inserted: row)
                         summary.replaced += 1
                     }
                 }

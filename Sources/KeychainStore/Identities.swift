@@ -96,7 +96,7 @@ struct Identities {
                 rows[identity.key.row.rowid] = identity.key.row
             }
             for (id, row) in rows.sorted(by: { $0.key < $1.key }) {
-                try store.queueReplicaChange(deleting: row)
+                try store.outbox.queue(deleting: row)
                 try store.table.delete(rowid: id)
             }
         }

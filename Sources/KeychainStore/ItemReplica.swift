@@ -20,7 +20,7 @@ public struct ItemReplica {
     public var database: SQLiteDatabase { store.database }
 
     /// The changes to send, in the order of the local writes.
-    public var outbox: OutboxTable { store.outbox }
+    public var outbox: OutboxTable { store.outbox.table }
 
     /// The class key of `pdmn` while it is loaded; nil while its class is locked.
     public func classKey(_ pdmn: Protection) -> SecureKey? { store.keybag.key(for: pdmn) }
@@ -80,13 +80,13 @@ public struct ItemReplica {
 
     /// Queues item `rowid`'s current version to be sent, as a local write would.
     public func queueVersion(item rowid: Int64) throws(KeychainError) {
-        try store.outbox.queueVersion(item: rowid)
+        try store.outbox.table.queueVersion(item: rowid)
         store.outboxQueuedChanges &+= 1
     }
 
     /// CFAbsoluteTime as milliseconds since 2001, rounded down (a date before 2001 or beyond
     /// Int64 is clamped, never a trap): the unit of a version's mdat.
-    public static func milliseconds(_ seconds: Double) -> Int64 { ItemStore.milliseconds(seconds) }
+    public static func milliseconds(_ seconds: Double) -> Int64 { Outbox.milliseconds(seconds) }
 }
 
 extension ItemStore {

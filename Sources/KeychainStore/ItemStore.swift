@@ -5,7 +5,7 @@ import KeychainStorage
 /// The keychain's core: items in SQLite, each sealed under the class key of its protection
 /// domain. It holds the database, the keybag (lock state, passcode) and the codec; each
 /// concern over them is a small type of its own: SecItem's calls (`items`), the keys, backup,
-/// restore, the attribute index, the portal's secrets and the replica port.
+/// restore, the attribute index, the portal's secrets, the replica port and its outbox.
 ///
 /// Not thread-safe by design: one owner (the daemon's store executor, or a test) calls it.
 /// Every call that writes runs in one SQLite transaction, so a crash leaves the database as it
@@ -288,4 +288,7 @@ public final class ItemStore {
 
     /// The desktop portal's per-app secrets.
     public var portalSecrets: PortalSecrets { PortalSecrets(store: self) }
+
+    /// The replica outbox, which every local write of a synchronizable item fills.
+    var outbox: Outbox { Outbox(store: self) }
 }

@@ -66,7 +66,7 @@ public struct SecItems {
             try store.checkNoLegacyHolder(of: row, attributes: attributes)
             var inserted = row
             inserted.rowid = try insertReplacingCorrupt(row)
-            try store.queueReplicaChange(inserted: inserted)
+            try store.outbox.queue(inserted: inserted)
             store.noteSecretServiceChange(.created, row: inserted, attributes: attributes)
             return inserted.rowid
         }
@@ -116,7 +116,7 @@ public struct SecItems {
             throw duplicate
         }
         guard opened.isExpired(at: store.now()) else { throw duplicate }
-        try store.queueReplicaChange(deleting: holder)
+        try store.outbox.queue(deleting: holder)
         try store.table.delete(rowid: holder.rowid)
     }
 
@@ -264,7 +264,7 @@ public struct SecItems {
                 try removeCorruptHolder(of: row)
                 try store.table.replace(row)
             }
-            try store.queueReplicaChange(replaced: item.row, with: row)
+            try store.outbox.queue(replaced: item.row, with: row)
             if item.attributes["svce"] != attributes["svce"] {
                 store.noteSecretServiceChange(.deleted, row: item.row, attributes: item.attributes)
                 store.noteSecretServiceChange(.created, row: row, attributes: attributes)
@@ -320,7 +320,7 @@ public struct SecItems {
         try store.database.transaction { () throws(KeychainError) in
             guard plan.needsOpening else {
                 // Every condition is a column: SQLite finds and deletes the rows in one statement.
-                try store.queueReplicaChange(deletingRowsOf: plan.filter)
+                try store.outbox.queue(deletingRowsOf: plan.filter)
                 try store.noteSecretServiceDeletes(plan.filter)
                 guard try store.table.deleteRows(plan.filter) > 0 else { throw Self.nothingFound(corrupt: 0) }
                 return
@@ -330,7 +330,7 @@ public struct SecItems {
             let (items, corrupt) = try find(plan, limit: nil, withAttributes: true, includingExpired: true)
             guard !items.isEmpty else { throw Self.nothingFound(corrupt: corrupt) }
             for item in items {
-                try store.queueReplicaChange(deleting: item.row)
+                try store.outbox.queue(deleting: item.row)
                 try store.table.delete(rowid: item.row.rowid)
                 store.noteSecretServiceChange(.deleted, row: item.row, attributes: item.attributes)
             }
@@ -425,7 +425,7 @@ public struct SecItems {
                 }
             }
             for row in expired {
-                try store.queueReplicaChange(deleting: row)
+                try store.outbox.queue(deleting: row)
                 try store.table.delete(rowid: row.rowid)
             }
             return expired.count

@@ -125,7 +125,7 @@ struct SyncOutboxTests {
         guard let tombstone = found.first, let before else { return }
         #expect(tombstone.itemClass == .genericPassword && tombstone.protection == .whenUnlocked)
         #expect(tombstone.blob == before.blob)
-        #expect(tombstone.mdat == ItemStore.milliseconds(t.clock.now))
+        #expect(tombstone.mdat == ItemReplica.milliseconds(t.clock.now))
         // The blob opens as the item did, with its class key and the identity kept beside it.
         let key = try t.store.classKey(.whenUnlocked)
         let plaintext = try ItemSealer.open(tombstone.blob, identity: tombstone.identity, classKey: key)
@@ -145,7 +145,7 @@ struct SyncOutboxTests {
         try markSynced(t, genp("s", "a"))
         t.clock.now -= 3600  // the clock went back
         try t.store.items.delete(genp("s", "a", Self.synced), scope: scope)
-        #expect(try tombstones(t).first?.mdat == ItemStore.milliseconds(t.clock.now + 3600) + 1)
+        #expect(try tombstones(t).first?.mdat == ItemReplica.milliseconds(t.clock.now + 3600) + 1)
     }
 
     @Test func aDeleteOfEverySyncValueTombstonesTheSyncedItemsAmongItsMatches() throws {

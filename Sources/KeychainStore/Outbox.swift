@@ -1,54 +1,57 @@
 import KeychainModel
 import KeychainStorage
 
-/// The outbox, the replica port's changes to send (docs/sync.md, 7.3): every local change to
-/// a synchronizable item (sync = 1) queues its entry in the transaction that makes the change,
-/// so no change can be committed without its entry, nor an entry without its change. The
-/// replicator (ItemReplica) reads and empties it. Each function starts with the one branch a
-/// sync = 0 item costs.
-extension ItemStore {
-    var outbox: OutboxTable { OutboxTable(database) }
+/// The outbox of one store, the replica port's changes to send (docs/sync.md, 7.3): every
+/// local change to a synchronizable item (sync = 1) queues its entry in the transaction that
+/// makes the change, so no change can be committed without its entry, nor an entry without
+/// its change. The replicator (ItemReplica) reads and empties it. Each function starts with
+/// the one branch a sync = 0 item costs. Called inside the writing call's transaction, by the
+/// store's one owner, as for every type over the store.
+struct Outbox {
+    let store: ItemStore
+
+    var table: OutboxTable { OutboxTable(store.database) }
 
     /// After `row` was inserted (an add, a restored item).
-    func queueReplicaChange(inserted row: ItemRow) throws(KeychainError) {
+    func queue(inserted row: ItemRow) throws(KeychainError) {
         guard row.sync != 0, Self.mayLeaveTheDevice(row) else { return }
-        try outbox.queueVersion(item: row.rowid)
-        outboxQueuedChanges &+= 1
+        try table.queueVersion(item: row.rowid)
+        store.outboxQueuedChanges &+= 1
     }
 
     /// After `old` was replaced by `new` (same rowid). A change of primary key or of sync
     /// gives the item another record: the one the circle knew gets its tombstone.
-    func queueReplicaChange(replaced old: ItemRow, with new: ItemRow) throws(KeychainError) {
+    func queue(replaced old: ItemRow, with new: ItemRow) throws(KeychainError) {
         guard old.sync != 0 || new.sync != 0 else { return }
         if old.sync != 0 && !Self.sameRecord(old, new) {
             if old.replicaStamp != nil {
                 try queueTombstone(for: old)
-                try table.clearStamp(rowid: old.rowid)
+                try store.table.clearStamp(rowid: old.rowid)
             }
-            if new.sync == 0 { try outbox.dequeueVersion(item: old.rowid) }
+            if new.sync == 0 { try table.dequeueVersion(item: old.rowid) }
         }
         if new.sync != 0, Self.mayLeaveTheDevice(new) {
-            try outbox.queueVersion(item: new.rowid)
-            outboxQueuedChanges &+= 1
+            try table.queueVersion(item: new.rowid)
+            store.outboxQueuedChanges &+= 1
         }
     }
 
     /// Before `row` is deleted. Only a record the circle has seen needs a tombstone; an item
     /// never synced leaves nothing behind (its pending version goes with it), so a keychain
     /// outside any circle keeps no deleted item's blob.
-    func queueReplicaChange(deleting row: ItemRow) throws(KeychainError) {
+    func queue(deleting row: ItemRow) throws(KeychainError) {
         guard row.sync != 0, row.replicaStamp != nil else { return }
         try queueTombstone(for: row)
     }
 
     /// Before every row `filter` selects is deleted by one statement: the synced ones among
     /// them get their tombstones. Nothing to read when the filter holds sync = 0 only.
-    func queueReplicaChange(deletingRowsOf filter: RowFilter) throws(KeychainError) {
+    func queue(deletingRowsOf filter: RowFilter) throws(KeychainError) {
         guard filter.sync != 0 else { return }
         var synced = filter
         synced.sync = 1
         var stamped: [ItemRow] = []
-        try table.forEach(synced) { row in
+        try store.table.forEach(synced) { row in
             if row.replicaStamp != nil { stamped.append(row) }
             return true
         }
@@ -60,10 +63,10 @@ extension ItemStore {
         // The delete is a new version of the record: never before the version it removes,
         // whether that is the stamped one or a later local change.
         let previous = max(Self.milliseconds(row.modified), row.replicaStamp?.mdat ?? .min)
-        let mdat = SyncVersion.stampedMdat(now: Self.milliseconds(now()), previous: previous)
-        try outbox.queueTombstone(OutboxTombstone(itemClass: row.itemClass, protection: pdmn,
-                                                    identity: codec.identity(of: row), blob: row.blob, mdat: mdat))
-        outboxQueuedChanges &+= 1
+        let mdat = SyncVersion.stampedMdat(now: Self.milliseconds(store.now()), previous: previous)
+        try table.queueTombstone(OutboxTombstone(itemClass: row.itemClass, protection: pdmn,
+                                                   identity: store.codec.identity(of: row), blob: row.blob, mdat: mdat))
+        store.outboxQueuedChanges &+= 1
     }
 
     /// Never a ThisDeviceOnly row, even one edited to say sync = 1 (adds and updates refuse
