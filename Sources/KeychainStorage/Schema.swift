@@ -56,7 +56,7 @@ public enum Schema {
         // Until version 4 a number in a blob attribute (acct 42) hashed as its decimal text, the
         // same as the string "42"; it now hashes as a number. Rows can only be rehashed with
         // their class key, so the classes that may hold such rows are listed here and each is
-        // upgraded when its key is loaded (ItemStore.rehashLegacyNumbers).
+        // upgraded when its key is loaded (KeychainStore/LegacyNumbers.swift).
         ("v4: classes with rows to rehash", """
         CREATE TABLE number_rehash(pdmn TEXT PRIMARY KEY);
         INSERT INTO number_rehash(pdmn) SELECT DISTINCT pdmn FROM items;

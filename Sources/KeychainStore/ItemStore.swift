@@ -71,7 +71,7 @@ public final class ItemStore {
         keybagTable = KeybagTable(database)
         lockoutTable = LockoutTable(database)
         codec = ItemCodec(hasher: LookupHasher(deviceKey: deviceKey))
-        try rehashLegacyNumbers()
+        try legacyNumbers.rehash()
         generationRecord = record
     }
 
@@ -190,7 +190,7 @@ public final class ItemStore {
             }
         }
         keybag = next
-        try rehashLegacyNumbers()  // keys just loaded may open rows that wait for it
+        try legacyNumbers.rehash()  // keys just loaded may open rows that wait for it
         return deleted
     }
 
@@ -291,4 +291,7 @@ public final class ItemStore {
 
     /// The replica outbox, which every local write of a synchronizable item fills.
     var outbox: Outbox { Outbox(store: self) }
+
+    /// The upgrade of rows that hashed a number as its text (before schema v4).
+    var legacyNumbers: LegacyNumbers { LegacyNumbers(store: self) }
 }

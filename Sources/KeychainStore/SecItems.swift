@@ -63,7 +63,7 @@ public struct SecItems {
         if accountFromID { attributes["acct"] = .string(PersistentID.hex(id)) }
         var row = store.codec.seal(cls, attributes: attributes, data: stored, persistentID: id, classKey: key)
         row.rowid = try store.database.transaction { () throws(KeychainError) -> Int64 in
-            try store.checkNoLegacyHolder(of: row, attributes: attributes)
+            try store.legacyNumbers.checkNoHolder(of: row, attributes: attributes)
             var inserted = row
             inserted.rowid = try insertReplacingCorrupt(row)
             try store.outbox.queue(inserted: inserted)
@@ -257,7 +257,7 @@ public struct SecItems {
             let row = store.codec.seal(item.itemClass, attributes: attributes, data: data,
                                  persistentID: item.row.persistentID, classKey: try store.classKey(pdmn),
                                  rowid: item.row.rowid)
-            try store.checkNoLegacyHolder(of: row, attributes: attributes)
+            try store.legacyNumbers.checkNoHolder(of: row, attributes: attributes)
             do throws(KeychainError) {
                 try store.table.replace(row)
             } catch where error.status == .duplicateItem {
