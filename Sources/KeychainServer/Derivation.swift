@@ -35,7 +35,7 @@ enum Derivation: Sendable {
         case keybag(KeybagChange)
         case backupFile(SealedBackup)
         case restoredItems(OpenedBackup)
-        /// A login slot sealed or rewrapped, for `ItemStore.saveLoginSlot`.
+        /// A login slot sealed or rewrapped, for `StoredLoginSlot.save`.
         case loginSlot(LoginSlot)
     }
 

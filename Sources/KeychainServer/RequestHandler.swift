@@ -56,7 +56,7 @@ final class RequestHandler {
                                    gracePeriod: lockPolicy.gracePeriod, autoLockAfter: lockPolicy.autoLockAfter)
         let saved = try store.passcodeFailures()
         throttle = PasscodeThrottle(failures: saved.failures, lastFailure: saved.lastFailure)
-        let savedLogin = try store.loginSlotFailures()
+        let savedLogin = try store.loginSlot.failures()
         loginThrottle = PasscodeThrottle(failures: savedLogin.failures, lastFailure: savedLogin.lastFailure)
     }
 
@@ -196,15 +196,15 @@ final class RequestHandler {
         case .restoreCommit(let session, let password, let policy):
             return .restore(file: try transfers.take(session), password: password, onConflict: policy)
         case .loginSlotAdd(let password):
-            return .loginSlotAdd(try store.loginSlotSnapshot(), password: password)
+            return .loginSlotAdd(try store.loginSlot.snapshot(), password: password)
         case .loginUnlock(let password):
             guard store.hasPasscode else { return nil }  // always unlocked without one: perform answers
-            let snapshot = try store.loginSlotSnapshot()
+            let snapshot = try store.loginSlot.snapshot()
             try requireCurrent(snapshot.slot)
             try checkLoginThrottle()
             return .loginUnlock(snapshot, password: password)
         case .loginSlotRewrap(let old, let new) where !old.isEmpty:
-            let snapshot = try store.loginSlotSnapshot()
+            let snapshot = try store.loginSlot.snapshot()
             try requireCurrent(snapshot.slot)
             do {
                 try checkLoginThrottle()
@@ -251,19 +251,19 @@ final class RequestHandler {
                 "items": .int(Int64(backup.itemCount)), "excluded": .int(Int64(backup.excluded)), "note": .string(backup.note)])))
         case .loginSlotAdd(let snapshot, _):
             let slot = try outcome.get().loginSlot()
-            guard try store.loginSlot() == snapshot.slot else { throw KeybagChange.superseded }
-            try store.saveLoginSlot(slot)
+            guard try store.loginSlot.current() == snapshot.slot else { throw KeybagChange.superseded }
+            try store.loginSlot.save(slot)
             resetLoginThrottle()
             log("login slot \(snapshot.slot == nil ? "added" : "replaced") by \(caller)")
         case .loginUnlock(let snapshot, _):
-            guard try store.loginSlot() == snapshot.slot else { throw KeybagChange.superseded }
+            guard try store.loginSlot.current() == snapshot.slot else { throw KeybagChange.superseded }
             try countedLogin(outcome) { (output) throws(KeychainError) in _ = try store.apply(try output.keybagChange()) }
             machine.unlocked(at: clock.monotonic())
             log("unlocked through the login slot by \(caller)")
         case .loginSlotRewrap(let snapshot, _, _):
-            guard try store.loginSlot() == snapshot.slot else { throw KeybagChange.superseded }
+            guard try store.loginSlot.current() == snapshot.slot else { throw KeybagChange.superseded }
             do {
-                try countedLogin(outcome) { (output) throws(KeychainError) in try store.saveLoginSlot(try output.loginSlot()) }
+                try countedLogin(outcome) { (output) throws(KeychainError) in try store.loginSlot.save(try output.loginSlot()) }
             } catch where error.status == .authFailed {
                 try markStale(reason: "the old login password given to its rewrap did not open it")
                 throw KeychainError(.authFailed, "\(error.message); the login slot is now stale: unlock with the passcode, then `keychain passcode login-slot add`")
@@ -333,8 +333,8 @@ final class RequestHandler {
         case .syncStatus, .syncCreate, .syncJoin, .syncApprove, .syncDevices, .syncNow, .syncRemove, .syncLeave:
             throw KeychainError(.internal, "\(request.operation) talks to PostgreSQL: it runs outside the handler")
         case .loginSlotRemove:
-            guard try store.loginSlot() != nil else { throw Self.noLoginSlot }
-            try store.saveLoginSlot(nil)
+            guard try store.loginSlot.current() != nil else { throw Self.noLoginSlot }
+            try store.loginSlot.save(nil)
             resetLoginThrottle()
             log("login slot removed by \(caller)")
         case .loginSlotStatus:
@@ -343,7 +343,7 @@ final class RequestHandler {
             return Response()  // no passcode: always unlocked (with one, the call derives a key)
         case .loginSlotRewrap:
             // No old password (a reset by root): the slot cannot follow, so it opens nothing more.
-            guard try store.loginSlot() != nil else { throw Self.noLoginSlot }
+            guard try store.loginSlot.current() != nil else { throw Self.noLoginSlot }
             try markStale(reason: "the login password was reset without the old one")
         case .loginSlotAdd:
             throw KeychainError(.internal, "\(request.operation) derives a key: it runs in steps")
@@ -499,7 +499,7 @@ final class RequestHandler {
     }
 
     private func markStale(reason: String) throws(KeychainError) {
-        try store.saveLoginSlot(.stale)
+        try store.loginSlot.save(.stale)
         log("login slot marked stale: \(reason)")
     }
 
@@ -514,7 +514,7 @@ final class RequestHandler {
     private func resetLoginThrottle() {
         guard loginThrottle.failures > 0 else { return }
         loginThrottle.succeeded()
-        try? store.saveLoginSlotFailures(0, lastFailure: 0)
+        try? store.loginSlot.saveFailures(0, lastFailure: 0)
     }
 
     /// A login-slot check's verdict on the slot's own counter, never the passcode's, and never
@@ -526,7 +526,7 @@ final class RequestHandler {
             resetLoginThrottle()
         } catch where error.status == .authFailed {
             loginThrottle.failed(at: clock.wall())
-            try? store.saveLoginSlotFailures(loginThrottle.failures, lastFailure: loginThrottle.lastFailure)
+            try? store.loginSlot.saveFailures(loginThrottle.failures, lastFailure: loginThrottle.lastFailure)
             log("wrong login password for the login slot (\(loginThrottle.failures) in a row)")
             let next = PasscodeThrottle.delay(afterFailures: loginThrottle.failures)
             throw KeychainError(.authFailed, next > 0
@@ -537,7 +537,7 @@ final class RequestHandler {
 
     private func loginSlotStatus(at wall: Double) -> AttributeDictionary {
         [
-            "login_slot": .string(LoginSlot.stateName((try? store.loginSlot()) ?? nil)),
+            "login_slot": .string(LoginSlot.stateName((try? store.loginSlot.current()) ?? nil)),
             "failed_attempts": .int(Int64(loginThrottle.failures)),
             "retry_after": .int(Int64(loginThrottle.retryAfter(at: wall).rounded(.up))),
         ]
@@ -560,7 +560,7 @@ final class RequestHandler {
         ]
         // Without a passcode nothing is locked, so there is no login slot to speak of.
         if store.hasPasscode {
-            info["login_slot"] = .string(LoginSlot.stateName((try? store.loginSlot()) ?? nil))
+            info["login_slot"] = .string(LoginSlot.stateName((try? store.loginSlot.current()) ?? nil))
             info["login_slot_retry_after"] = .int(Int64(loginThrottle.retryAfter(at: wall).rounded(.up)))
         }
         if let s = machine.secondsUntilAutoLock(at: mono, hasPasscode: store.hasPasscode) {

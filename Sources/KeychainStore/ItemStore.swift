@@ -5,7 +5,8 @@ import KeychainStorage
 /// The keychain's core: items in SQLite, each sealed under the class key of its protection
 /// domain. It holds the database, the keybag (lock state, passcode) and the codec; each
 /// concern over them is a small type of its own: SecItem's calls (`items`), the keys, backup,
-/// restore, the attribute index, the portal's secrets, the replica port and its outbox.
+/// restore, the attribute index, the portal's secrets, the replica port and its outbox, the
+/// login slot and the upgrade of rows hashed before schema v4.
 ///
 /// Not thread-safe by design: one owner (the daemon's store executor, or a test) calls it.
 /// Every call that writes runs in one SQLite transaction, so a crash leaves the database as it
@@ -294,4 +295,7 @@ public final class ItemStore {
 
     /// The upgrade of rows that hashed a number as its text (before schema v4).
     var legacyNumbers: LegacyNumbers { LegacyNumbers(store: self) }
+
+    /// The login slot: the class keys under the login password, and its delays.
+    public var loginSlot: StoredLoginSlot { StoredLoginSlot(store: self) }
 }

@@ -38,29 +38,36 @@ public struct LoginSlotSnapshot: Sendable {
     }
 }
 
-extension ItemStore {
+/// The login slot of one store (docs/security.md, issue 26): the class keys sealed a second
+/// time under the login password, and its own wrong-password counter. Called by the store's
+/// one owner, as for every type over the store.
+public struct StoredLoginSlot {
+    let store: ItemStore
+
+    private var table: LoginSlotTable { LoginSlotTable(store.database) }
+
     /// The stored login slot, or nil.
-    public func loginSlot() throws(KeychainError) -> LoginSlot? {
-        try LoginSlotTable(database).record().map { (bytes) throws(KeychainError) in try LoginSlot(decoding: bytes) }
+    public func current() throws(KeychainError) -> LoginSlot? {
+        try table.record().map { (bytes) throws(KeychainError) in try LoginSlot(decoding: bytes) }
     }
 
-    public func loginSlotSnapshot() throws(KeychainError) -> LoginSlotSnapshot {
-        LoginSlotSnapshot(keybag: keybagSnapshot(), slot: try loginSlot())
+    public func snapshot() throws(KeychainError) -> LoginSlotSnapshot {
+        LoginSlotSnapshot(keybag: store.keybagSnapshot(), slot: try current())
     }
 
     /// Stores `slot` (nil: removes it), in its own transaction.
-    public func saveLoginSlot(_ slot: LoginSlot?) throws(KeychainError) {
-        try database.transaction { () throws(KeychainError) in try LoginSlotTable(database).save(slot?.encoded()) }
+    public func save(_ slot: LoginSlot?) throws(KeychainError) {
+        try store.database.transaction { () throws(KeychainError) in try table.save(slot?.encoded()) }
     }
 
     /// The login slot's own wrong-password counter (never the passcode's).
-    public func loginSlotFailures() throws(KeychainError) -> (failures: Int, lastFailure: Double) {
-        try LoginSlotTable(database).failures()
+    public func failures() throws(KeychainError) -> (failures: Int, lastFailure: Double) {
+        try table.failures()
     }
 
-    public func saveLoginSlotFailures(_ failures: Int, lastFailure: Double) throws(KeychainError) {
-        try database.transaction { () throws(KeychainError) in
-            try LoginSlotTable(database).saveFailures(failures, lastFailure: lastFailure)
+    public func saveFailures(_ failures: Int, lastFailure: Double) throws(KeychainError) {
+        try store.database.transaction { () throws(KeychainError) in
+            try table.saveFailures(failures, lastFailure: lastFailure)
         }
     }
 }
