@@ -80,8 +80,7 @@ public struct ItemReplica {
 
     /// Queues item `rowid`'s current version to be sent, as a local write would.
     public func queueVersion(item rowid: Int64) throws(KeychainError) {
-        try store.outbox.table.queueVersion(item: rowid)
-        store.outboxQueuedChanges &+= 1
+        try store.outbox.queueVersion(item: rowid)
     }
 
     /// CFAbsoluteTime as milliseconds since 2001, rounded down (a date before 2001 or beyond

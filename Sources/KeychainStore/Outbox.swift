@@ -15,8 +15,7 @@ struct Outbox {
     /// After `row` was inserted (an add, a restored item).
     func queue(inserted row: ItemRow) throws(KeychainError) {
         guard row.sync != 0, Self.mayLeaveTheDevice(row) else { return }
-        try table.queueVersion(item: row.rowid)
-        store.outboxQueuedChanges &+= 1
+        try queueVersion(item: row.rowid)
     }
 
     /// After `old` was replaced by `new` (same rowid). A change of primary key or of sync
@@ -30,10 +29,7 @@ struct Outbox {
             }
             if new.sync == 0 { try table.dequeueVersion(item: old.rowid) }
         }
-        if new.sync != 0, Self.mayLeaveTheDevice(new) {
-            try table.queueVersion(item: new.rowid)
-            store.outboxQueuedChanges &+= 1
-        }
+        if new.sync != 0, Self.mayLeaveTheDevice(new) { try queueVersion(item: new.rowid) }
     }
 
     /// Before `row` is deleted. Only a record the circle has seen needs a tombstone; an item
@@ -56,6 +52,13 @@ struct Outbox {
             return true
         }
         for row in stamped { try queueTombstone(for: row) }
+    }
+
+    /// Queues item `rowid`'s current version, counted for the daemon's wake-up of the
+    /// replicator (ItemStore.outboxQueuedChanges).
+    func queueVersion(item rowid: Int64) throws(KeychainError) {
+        try table.queueVersion(item: rowid)
+        store.outboxQueuedChanges &+= 1
     }
 
     private func queueTombstone(for row: ItemRow) throws(KeychainError) {
