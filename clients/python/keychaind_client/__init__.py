@@ -315,7 +315,8 @@ _OPS = {"add": 1, "copyMatching": 2, "update": 3, "delete": 4, "status": 5,
         "keyGenerate": 24, "keyPublic": 25, "keySign": 26, "keyVerify": 27, "keyAgree": 28,
         "keyEncrypt": 29, "keyDecrypt": 30,
         "syncStatus": 32, "syncCreate": 33, "syncJoin": 34, "syncApprove": 35, "syncRemove": 36,
-        "syncDevices": 37, "syncLeave": 38, "syncNow": 39, "metrics": 45}
+        "syncDevices": 37, "syncLeave": 38, "syncNow": 39, "metrics": 45,
+        "contextCreate": 49, "contextSetCredential": 51, "contextInvalidate": 52}
 
 
 class Connection:
@@ -369,19 +370,59 @@ class Connection:
     # auth_ui= on reads: "allow" (the default: ask), "fail" (InteractionNotAllowed instead of
     # asking) or "skip" (copy_matching leaves such items out); reason= is the prompt's reason.
     # The person saying no raises UserCanceled; nobody to ask, InteractionNotAllowed.
+    #
+    # The application password (docs/security.md, "The application password"): an item added
+    # with require="app-password" (accc flag APPLICATION_PASSWORD) has its secret sealed under
+    # app_password= (str or bytes, at most 1024 bytes), which every read of its secret
+    # (copy_matching, get_password) and every new secret (update) must give again. It goes to
+    # keychaind in an authentication context made for the one call (ops 49, 51, 52) on this
+    # connection; the client's copies are bytearrays, zeroed once sent (a str or bytes the
+    # caller passes is the caller's: Python cannot wipe those). Without it such a call raises
+    # InteractionNotAllowed; a wrong one AuthFailed (keychaind delays each item's tries after
+    # four), whose message never holds the password.
     def add(self, attributes: Attributes, *, synchronizable: Synchronizable = None,
             access_control: Union[AccessControl, str, None] = None,
-            require: Union[str, Iterable[str], None] = None) -> Result:
+            require: Union[str, Iterable[str], None] = None,
+            app_password: _Password = None) -> Result:
         attributes = _with_sync(attributes, synchronizable)
-        return self._call("add", _encode_dict(_with_access_control(attributes, access_control, require)))
+        attributes = _with_access_control(attributes, access_control, require)
+        return self._with_app_password(app_password, "add", lambda a: _encode_dict(a), attributes)
 
     def copy_matching(self, query: Attributes, *, synchronizable: Synchronizable = None,
-                      auth_ui: Optional[str] = None, reason: Optional[str] = None) -> Result:
+                      auth_ui: Optional[str] = None, reason: Optional[str] = None,
+                      app_password: _Password = None) -> Result:
         query = _with_auth_ui(_with_sync(query, synchronizable), auth_ui, reason)
-        return self._call("copyMatching", _encode_dict(query), retry=True)
+        return self._with_app_password(app_password, "copyMatching", lambda q: _encode_dict(q), query, retry=True)
 
-    def update(self, query: Attributes, changes: Attributes, *, synchronizable: Synchronizable = None) -> None:
-        self._call("update", _encode_dict(_with_sync(query, synchronizable)) + _encode_dict(changes))
+    def update(self, query: Attributes, changes: Attributes, *, synchronizable: Synchronizable = None,
+               app_password: _Password = None) -> None:
+        query = _with_sync(query, synchronizable)
+        self._with_app_password(app_password, "update", lambda q: _encode_dict(q) + _encode_dict(changes), query)
+
+    def _with_app_password(self, password, op, encode, query, retry=False):
+        """op with query encoded by encode, carrying (u_CredRef) a context that holds password,
+        made, used and ended under one hold of the lock; without a password, the plain call."""
+        if password is None:
+            return self._call(op, encode(query), retry=retry)
+        if "u_CredRef" in query:
+            raise ValueError("give app_password= or the query's \"u_CredRef\", not both")
+        secret = _password_buffer(password)
+        try:
+            with self._lock:
+                reference = self._call_locked("contextCreate", b"", retry=retry)
+                try:
+                    body = bytearray(_lp(reference))
+                    body += struct.pack("<I", len(secret))
+                    body += secret
+                    self._call_locked("contextSetCredential", body, wipe=True)
+                    return self._call_locked(op, encode(dict(query, u_CredRef=bytes(reference))))
+                finally:
+                    try:
+                        self._call_locked("contextInvalidate", _lp(reference))
+                    except KeychainError:
+                        pass  # the connection is gone, and the context with it
+        finally:
+            _wipe(secret)
 
     def delete(self, query: Attributes, *, synchronizable: Synchronizable = None) -> None:
         self._call("delete", _encode_dict(_with_sync(query, synchronizable)))
@@ -569,63 +610,84 @@ class Connection:
         return b"".join(chunks)
 
     def _call(self, op, body, retry=False):
-        payload = bytes([PROTOCOL_VERSION, _OPS[op]]) + body
-        frame = struct.pack("<I", len(payload)) + payload
         with self._lock:
-            for attempt in (1, 2):
-                reused = self._sock is not None
-                if not reused:
-                    self._sock = self._connect()
-                try:
-                    answer = self._exchange(frame)
-                    break
-                except (OSError, ConnectionResetError) as e:
-                    self._sock.close()
-                    self._sock = None
-                    # A connection kept from before may have died with a daemon restart.
-                    if reused and attempt == 1 and (retry or isinstance(e, BrokenPipeError)):
-                        continue
-                    raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
-                                        "lost the connection to keychaind: %s" % e) from None
-            # A long list answer comes in pages: result kind 3 says another frame follows.
-            items = None
-            while True:
-                r = _Reader(answer)
-                if r.u8() != PROTOCOL_VERSION:
-                    raise KeychainError(Status.DECODE, "keychaind answered in another protocol version")
-                status = r.i32()
-                message = r.blob().decode("utf-8")
-                kind = r.u8()
-                if status != 0:
-                    raise _error(status, message or "keychaind returned %d" % status)
-                if kind == 0:
-                    return None
-                if kind == 1:
-                    return r.item()
-                page = [r.item() for _ in range(r.u32())]
-                if items is None:
-                    items = page
-                else:
-                    items.extend(page)
-                if kind == 2:
-                    return items
-                try:
-                    answer = self._read_frame()
-                except (OSError, ConnectionResetError) as e:
-                    self._sock.close()
-                    self._sock = None
-                    raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
-                                        "lost the connection to keychaind mid-answer: %s" % e) from None
+            return self._call_locked(op, body, retry=retry)
+
+    def _call_locked(self, op, body, retry=False, wipe=False):
+        """One call, with self._lock held. wipe: body is a bytearray holding a secret, zeroed
+        with the frame once sent (whatever happens)."""
+        frame = bytearray(struct.pack("<I", 2 + len(body)))
+        frame += bytes([PROTOCOL_VERSION, _OPS[op]])
+        frame += body
+        try:
+            answer = self._send(frame, retry)
+        finally:
+            if wipe:
+                _wipe(frame)
+                _wipe(body)
+        return self._answer(answer)
+
+    def _send(self, frame, retry):
+        for attempt in (1, 2):
+            reused = self._sock is not None
+            if not reused:
+                self._sock = self._connect()
+            try:
+                answer = self._exchange(frame)
+                break
+            except (OSError, ConnectionResetError) as e:
+                self._sock.close()
+                self._sock = None
+                # A connection kept from before may have died with a daemon restart.
+                if reused and attempt == 1 and (retry or isinstance(e, BrokenPipeError)):
+                    continue
+                raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
+                                    "lost the connection to keychaind: %s" % e) from None
+        return answer
+
+    def _answer(self, answer):
+        # A long list answer comes in pages: result kind 3 says another frame follows.
+        items = None
+        while True:
+            r = _Reader(answer)
+            if r.u8() != PROTOCOL_VERSION:
+                raise KeychainError(Status.DECODE, "keychaind answered in another protocol version")
+            status = r.i32()
+            message = r.blob().decode("utf-8")
+            kind = r.u8()
+            if status != 0:
+                raise _error(status, message or "keychaind returned %d" % status)
+            if kind == 0:
+                return None
+            if kind == 1:
+                return r.item()
+            page = [r.item() for _ in range(r.u32())]
+            if items is None:
+                items = page
+            else:
+                items.extend(page)
+            if kind == 2:
+                return items
+            try:
+                answer = self._read_frame()
+            except (OSError, ConnectionResetError) as e:
+                self._sock.close()
+                self._sock = None
+                raise KeychainError(Status.SERVICE_NOT_AVAILABLE,
+                                    "lost the connection to keychaind mid-answer: %s" % e) from None
 
     # the common case
     def get_password(self, service: str, account: str, *, synchronizable: Synchronizable = None,
-                     auth_ui: Optional[str] = None, reason: Optional[str] = None) -> Optional[bytes]:
+                     auth_ui: Optional[str] = None, reason: Optional[str] = None,
+                     app_password: _Password = None) -> Optional[bytes]:
         """The secret of a generic password, or None. A local one unless synchronizable says
         otherwise (True: a synced one; SYNCHRONIZABLE_ANY: either). auth_ui and reason: as for
-        copy_matching, for a password that asks first."""
+        copy_matching, for a password that asks first; app_password: for one sealed under an
+        application password."""
         try:
             return self.copy_matching({"class": "genp", "svce": service, "acct": account, "r_Data": True},
-                                      synchronizable=synchronizable, auth_ui=auth_ui, reason=reason)
+                                      synchronizable=synchronizable, auth_ui=auth_ui, reason=reason,
+                                      app_password=app_password)
         except KeychainError as e:
             if e.status == Status.ITEM_NOT_FOUND:
                 return None
@@ -683,6 +745,24 @@ def _expiry(expires):
 def _lp(b):
     b = b.encode("utf-8") if isinstance(b, str) else bytes(b)
     return struct.pack("<I", len(b)) + b
+
+
+#: What app_password= takes: the application password as str (UTF-8) or bytes-like; None: none.
+_Password = Union[str, bytes, bytearray, memoryview, None]
+
+
+def _password_buffer(password):
+    """A bytearray copy of an application password, for the client to zero once sent."""
+    if isinstance(password, str):
+        return bytearray(password, "utf-8")
+    if isinstance(password, (bytes, bytearray, memoryview)):
+        return bytearray(password)
+    raise TypeError("app_password is str or bytes, not %s" % type(password).__name__)
+
+
+def _wipe(buffer):
+    """Zeroes a bytearray in place (its memory, not a copy)."""
+    buffer[:] = bytes(len(buffer))
 
 
 # The key API, the sync calls' answers and access control; imported last because they build on
