@@ -44,25 +44,36 @@ private let attributeOptions: [(name: String, help: String)] = [
 let commands: [Command] = [
     Command(spec: CommandSpec(name: "add", summary: "Add an item; the secret comes from standard input.",
                               options: globalOptions + itemOptions + attributeOptions + [("require", Requirement.help)],
-                              flags: jsonFlag + synchronizableFlag + allowEmptyFlag)) { c in
+                              flags: jsonFlag + synchronizableFlag + allowEmptyFlag + ApplicationPasswordInput.flags)) { c in
         var dict = try c.itemQuery(adding: true).merging(try c.itemAttributes()) { $1 }
+        var sealed = false
         if let require = c.arguments["require"] {
             // The protection class travels inside accc: pdmn beside constraints is refused.
-            dict["accc"] = try Requirement.accessControl(require, protection: dict.removeValue(forKey: "pdmn"),
-                                                         synchronizable: c.arguments.has("synchronizable")).attributeValue
+            let control = try Requirement.accessControl(require, protection: dict.removeValue(forKey: "pdmn"),
+                                                        synchronizable: c.arguments.has("synchronizable"))
+            dict["accc"] = control.attributeValue
+            sealed = AccessControl.needsApplicationPassword(control.flags)
+        }
+        if c.arguments.has(ApplicationPasswordInput.stdinFlag) && !sealed {
+            throw UsageError(message: "--app-password-stdin is for an item added with --require app-password")
         }
         let connection = try c.connection()
         try AdditionPrecheck.check(dict, connection: connection)
+        var password = sealed ? try ApplicationPasswordInput.forAdd(c.arguments) : nil
+        defer { if password != nil { explicit_bzero(&password!, password!.count) } }
         var secret = try SecretInput.secret()
         defer { explicit_bzero(&secret, secret.count) }
         try SecretInput.refuseEmpty(secret, allowed: c.arguments.has("allow-empty"))
         dict["v_Data"] = .data(secret)
-        try connection.add(dict)
+        try ApplicationPasswordInput.withContext(password, on: connection) { (context) throws(KeychainError) in
+            _ = try connection.add(context?.applied(to: dict) ?? dict)
+        }
         c.printStatusJSON()
     },
     Command(spec: CommandSpec(name: "get", summary: "Write an item's secret to standard output, exactly (--json: attributes and the secret in base64).",
                               options: globalOptions + itemOptions + [("reason", "For an item that asks first: the reason keychaind's prompt shows (kSecUseOperationPrompt).")],
-                              flags: jsonFlag + synchronizableFlag + [("no-prompt", "Never ask the person: an item that asks first fails (exit 4) instead (kSecUseAuthenticationUIFail).")])) { c in
+                              flags: jsonFlag + synchronizableFlag + [("no-prompt", "Never ask the person: an item that asks first fails (exit 4) instead (kSecUseAuthenticationUIFail).")]
+                                + ApplicationPasswordInput.flags)) { c in
         try ItemSelection.require(c.arguments)
         var query = try c.itemQuery()
         query["r_Data"] = .bool(true)
@@ -70,10 +81,16 @@ let commands: [Command] = [
         if c.arguments.has("no-prompt") { query["u_AuthUI"] = .string("u_AuthUIF") }
         if let reason = c.arguments["reason"] { query["u_OpPrompt"] = .string(reason) }
         let connection = try c.connection()
+        var password = try ApplicationPasswordInput.fromStdin(c.arguments)
+        defer { if password != nil { explicit_bzero(&password!, password!.count) } }
         let answer: QueryResult
-        do throws(KeychainError) {
-            answer = try connection.copyMatching(query)
-        } catch {
+        do {
+            answer = try ApplicationPasswordInput.run(c.arguments, query: query, on: connection, mayAsk: !c.arguments.has("no-prompt"),
+                                                      given: password) { (context) throws(KeychainError) -> QueryResult in
+                guard let context else { return try connection.copyMatching(query) }
+                return try connection.copyMatching(query, context: context)
+            }
+        } catch let error as KeychainError {
             if let outcome = PromptOutcome.from(error, noPrompt: c.arguments.has("no-prompt"), connection: connection) { throw outcome }
             throw error
         }
@@ -88,11 +105,15 @@ let commands: [Command] = [
     },
     Command(spec: CommandSpec(name: "update", summary: "Change matching items: a new secret from standard input, and/or attributes.",
                               options: globalOptions + itemOptions + attributeOptions + [("new-account", "Rename: the new account.")],
-                              flags: jsonFlag + synchronizableFlag + allowEmptyFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")])) { c in
+                              flags: jsonFlag + synchronizableFlag + allowEmptyFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")]
+                                + ApplicationPasswordInput.flags)) { c in
         try ItemSelection.require(c.arguments)
         let query = try c.itemQuery()
         var changes = try c.itemAttributes()
         if let v = c.arguments["new-account"] { changes["acct"] = .string(v) }
+        // First: for an item sealed under one, the password's line comes before the secret.
+        var password = try ApplicationPasswordInput.fromStdin(c.arguments)
+        defer { if password != nil { explicit_bzero(&password!, password!.count) } }
         var secret: [UInt8] = []
         defer { explicit_bzero(&secret, secret.count) }
         if !c.arguments.has("keep-secret") {
@@ -104,10 +125,12 @@ let commands: [Command] = [
             throw UsageError(message: "nothing to change: give attribute options with --keep-secret")
         }
         let connection = try c.connection()
-        do throws(KeychainError) {
-            try connection.update(query, changes)
-        } catch {
-            // Unlocked, this code is an item that asks first whose update nobody could allow: not a lock.
+        do {
+            try ApplicationPasswordInput.run(c.arguments, query: query, on: connection, given: password) { (context) throws(KeychainError) in
+                try connection.update(context?.applied(to: query) ?? query, changes)
+            }
+        } catch let error as KeychainError {
+            // Unlocked, this code is an item that asks first refusing the change: not a lock.
             if error.status == .interactionNotAllowed, case .string("unlocked")? = try? connection.status()["state"] {
                 throw PromptOutcome(error: error, hint: "`keychain list` shows which items ask first; changing one asks at keychaind's prompt, which needs a display or terminal in [prompt] of keychaind.toml")
             }

@@ -12,7 +12,7 @@ enum Requirement {
     ]
     static var names: [String] { table.map(\.name) }
 
-    static let help = "The item asks first: presence or passcode (both: the keychain passcode typed at keychaind's prompt), app-password (not built yet); a comma list asks for each."
+    static let help = "The item asks first: presence or passcode (both: the keychain passcode typed at keychaind's prompt), app-password (the secret is sealed under a password typed at the terminal or given with --app-password-stdin, needed for every read); a comma list asks for each."
 
     /// The flags `text` names ("presence", "presence,app-password").
     static func flags(_ text: String) throws(UsageError) -> AccessControl.Flags {
