@@ -29,7 +29,8 @@ extension AccessControl {
         public static let or = Flags(rawValue: Flag.or)
         public static let and = Flags(rawValue: Flag.and)
         public static let privateKeyUsage = Flags(rawValue: Flag.privateKeyUsage)
-        /// Not built in keychaind yet: an add answers errSecUnimplemented.
+        /// The secret (a key's private bytes) sealed under the application password of the
+        /// call's AuthenticationContext (setApplicationPassword), needed again for each use.
         public static let applicationPassword = Flags(rawValue: Flag.applicationPassword)
     }
 

@@ -23,10 +23,11 @@ extension KeychainKey {
 
     /// The plaintext of a ciphertext made for this key, in wiped memory. Needs the key's decrypt
     /// flag and its class key. A wrong key or an altered ciphertext is errSecParam, as on Apple's
-    /// platforms.
-    public func decrypt(_ ciphertext: [UInt8], algorithm: KeyEncryptionAlgorithm? = nil) throws(KeychainError) -> SecretBytes {
+    /// platforms. A key sealed under an application password needs `context` holding it (as `sign`).
+    public func decrypt(_ ciphertext: [UInt8], algorithm: KeyEncryptionAlgorithm? = nil,
+                        context: AuthenticationContext? = nil) throws(KeychainError) -> SecretBytes {
         let algorithm = try chosen(algorithm)
-        return try connection.perform(Calls.data(.keyDecrypt(query: reference, parameters: [
+        return try connection.perform(Calls.data(.keyDecrypt(query: try Self.applying(context, on: connection, to: reference), parameters: [
             "algorithm": .string(algorithm.rawValue), "data": .data(SecretBytes(ciphertext))]), "plaintext"))
     }
 

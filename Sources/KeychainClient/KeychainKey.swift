@@ -31,13 +31,17 @@ public struct KeychainKey: Sendable {
 
     /// A new private key, made inside keychaind and stored there. `accessControl` (Apple's
     /// kSecAttrAccessControl) replaces `accessibility` when given: with userPresence or
-    /// devicePasscode, each signature, decryption and agreement asks the person first.
+    /// devicePasscode, each signature, decryption and agreement asks the person first; with
+    /// applicationPassword the key's bytes are sealed under the application password that
+    /// `context` holds (AuthenticationContext.setApplicationPassword), and each signature,
+    /// decryption and agreement needs a context holding it again. `context` must be on
+    /// `connection`.
     public static func generate(_ type: KeyType, label: String, accessibility: Accessibility = .whenUnlocked,
                                 accessGroup: String? = nil, extractable: Bool = false, applicationTag: [UInt8]? = nil,
-                                accessControl: AccessControl? = nil,
+                                accessControl: AccessControl? = nil, context: AuthenticationContext? = nil,
                                 connection: KeychainConnection = KeychainConnection()) throws(KeychainError) -> KeychainKey {
-        let item = attributes(type, label: label, accessibility: accessibility, accessGroup: accessGroup,
-                              extractable: extractable, applicationTag: applicationTag, accessControl: accessControl)
+        let item = try applying(context, on: connection, to: attributes(type, label: label, accessibility: accessibility, accessGroup: accessGroup,
+                                                                       extractable: extractable, applicationTag: applicationTag, accessControl: accessControl))
         return try key(try connection.perform(Calls.attributes(.keyGenerate(item), "key")), connection: connection)
     }
 
@@ -46,10 +50,10 @@ public struct KeychainKey: Sendable {
     public static func importPrivateKey(_ bytes: SecretBytes, type: KeyType, label: String,
                                         accessibility: Accessibility = .whenUnlocked, accessGroup: String? = nil,
                                         extractable: Bool = false, applicationTag: [UInt8]? = nil,
-                                        accessControl: AccessControl? = nil,
+                                        accessControl: AccessControl? = nil, context: AuthenticationContext? = nil,
                                         connection: KeychainConnection = KeychainConnection()) throws(KeychainError) -> KeychainKey {
-        var item = attributes(type, label: label, accessibility: accessibility, accessGroup: accessGroup,
-                              extractable: extractable, applicationTag: applicationTag, accessControl: accessControl)
+        var item = try applying(context, on: connection, to: attributes(type, label: label, accessibility: accessibility, accessGroup: accessGroup,
+                                                                       extractable: extractable, applicationTag: applicationTag, accessControl: accessControl))
         item["class"] = .string("keys")
         item["v_Data"] = .data(bytes)
         item["r_Attributes"] = .bool(true)
@@ -85,9 +89,12 @@ public struct KeychainKey: Sendable {
     /// A signature of `data`: Ed25519's 64 raw bytes, or P-256's DER X9.62 ECDSA signature (as
     /// Apple's SecKeyCreateSignature returns). Needs the key's sign flag and its class key.
     /// A key that asks first makes keychaind's prompt ask the person, showing `reason`
-    /// (u_OpPrompt); errSecUserCanceled when they decline.
-    public func sign(_ data: [UInt8], algorithm: KeySigningAlgorithm, reason: String? = nil) throws(KeychainError) -> [UInt8] {
-        var query = reference
+    /// (u_OpPrompt); errSecUserCanceled when they decline. A key sealed under an application
+    /// password needs `context` holding it (errSecInteractionNotAllowed without, errSecAuthFailed
+    /// for a wrong one, delayed after four as for items); `context` must be on the key's connection.
+    public func sign(_ data: [UInt8], algorithm: KeySigningAlgorithm, reason: String? = nil,
+                     context: AuthenticationContext? = nil) throws(KeychainError) -> [UInt8] {
+        var query = try Self.applying(context, on: connection, to: reference)
         if let reason { query["u_OpPrompt"] = .string(reason) }
         return Array(try connection.perform(Calls.data(.keySign(query: query, parameters: [
             "algorithm": .string(algorithm.rawValue), "data": .data(data)]), "signature")))
@@ -102,13 +109,16 @@ public struct KeychainKey: Sendable {
     }
 
     /// The shared secret with a peer's public key (X25519 or P-256), raw or through the X9.63
-    /// KDF (`requestedSize` bytes). Needs the key's derive flag and its class key.
+    /// KDF (`requestedSize` bytes). Needs the key's derive flag and its class key, and, for a
+    /// key sealed under an application password, `context` holding it (as `sign`).
     public func agree(with peerPublicKey: [UInt8], algorithm: KeyAgreementAlgorithm = .standard,
-                      requestedSize: Int? = nil, sharedInfo: [UInt8] = []) throws(KeychainError) -> SecretBytes {
+                      requestedSize: Int? = nil, sharedInfo: [UInt8] = [],
+                      context: AuthenticationContext? = nil) throws(KeychainError) -> SecretBytes {
         var parameters: AttributeDictionary = ["algorithm": .string(algorithm.rawValue), "peer": .data(peerPublicKey)]
         if let requestedSize { parameters["requestedSize"] = .int(Int64(requestedSize)) }
         if !sharedInfo.isEmpty { parameters["sharedInfo"] = .data(sharedInfo) }
-        return try connection.perform(Calls.data(.keyAgree(query: reference, parameters: parameters), "shared secret"))
+        return try connection.perform(Calls.data(.keyAgree(query: try Self.applying(context, on: connection, to: reference),
+                                                           parameters: parameters), "shared secret"))
     }
 
     /// The same key, called through `connection` (another thread's, say).
@@ -128,6 +138,16 @@ public struct KeychainKey: Sendable {
     var reference: AttributeDictionary {
         let named: AttributeDictionary = ["v_PersistentRef": .data(persistentRef)]
         return context?.applied(to: named) ?? named
+    }
+
+    /// `query` carrying `context` (u_CredRef), which must be `connection`'s.
+    static func applying(_ context: AuthenticationContext?, on connection: KeychainConnection,
+                         to query: AttributeDictionary) throws(KeychainError) -> AttributeDictionary {
+        guard let context else { return query }
+        guard context.connection === connection else {
+            throw KeychainError(.param, "an authentication context is used on the connection that made it")
+        }
+        return context.applied(to: query)
     }
 
     private static func attributes(_ type: KeyType, label: String, accessibility: Accessibility, accessGroup: String?,

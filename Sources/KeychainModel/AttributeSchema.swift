@@ -152,6 +152,9 @@ public final class ClassSchema: Sendable {
         .init("encr", .number), .init("decr", .number), .init("drve", .number), .init("sign", .number),
         .init("vrfy", .number), .init("snrc", .number), .init("vyrc", .number), .init("wrap", .number),
         .init("unwp", .number),
+        // keychaind's own: the public key of a key sealed under an application password,
+        // derived on add (its private bytes open only with the password).
+        .init("xpub", .data),
     ])
 
     public static func of(_ itemClass: ItemClass) -> ClassSchema? {

@@ -409,14 +409,11 @@ public struct AccessControl: Sendable, Equatable {
     /// in the key, not a question asked.
     public static func needsApplicationPassword(_ flags: UInt32) -> Bool { flags & Flag.applicationPassword != 0 }
 
-    /// What is not built yet of what Apple accepts: constraints on certificates, and the
-    /// application password on keys. Keys take the rest: their use (sign, decrypt, agree) asks first.
+    /// What is not built yet of what Apple accepts: constraints on certificates. Keys take the
+    /// rest: their use (sign, decrypt, agree) asks first, or needs the application password.
     func checkBuilt(for itemClass: ItemClass) throws(KeychainError) {
         guard itemClass == .genericPassword || itemClass == .internetPassword || itemClass == .key else {
             throw KeychainError(.unimplemented, "access-control constraints on \(itemClass.rawValue) items are not built yet (passwords and keys only)")
-        }
-        if itemClass == .key && Self.needsApplicationPassword(flags) {
-            throw KeychainError(.unimplemented, "the application password on keys is not built yet (passwords only)")
         }
     }
 

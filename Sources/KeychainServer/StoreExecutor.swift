@@ -269,16 +269,17 @@ final class StoreExecutor: Sendable {
         }
         let sealedSecret: SecretBytes?
         let allowedByPerson: Set<[UInt8]>
+        let queued: Request  // a key generation sealed under an application password: its add
         do throws(KeychainError) {
             // The person first: no secret is sealed for an update they refuse.
             allowedByPerson = try askBeforeUpdate(request, from: caller, policy: policy, owner: owner)
-            sealedSecret = try sealForApplicationPassword(request, owner: owner)
+            (queued, sealedSecret) = try sealForApplicationPassword(request, owner: owner)
         } catch {
             return Response(error: error)
         }
         let id = writes.withLock { queue in
             queue.lastID += 1
-            queue.pending.append(Write(id: queue.lastID, request: request, caller: caller, policy: policy, writerPID: writerPID,
+            queue.pending.append(Write(id: queue.lastID, request: queued, caller: caller, policy: policy, writerPID: writerPID,
                                        sealedSecret: sealedSecret, allowedByPerson: allowedByPerson))
             return queue.lastID
         }
@@ -295,7 +296,7 @@ final class StoreExecutor: Sendable {
             if let handler = store.handler {
                 handler.store.notesSecretServiceChanges = notices.hasSubscribers
                 if group.count == 1 {
-                    responses = [handler.handle(request, from: caller, policy: policy, sealedSecret: group[0].sealedSecret,
+                    responses = [handler.handle(group[0].request, from: caller, policy: policy, sealedSecret: group[0].sealedSecret,
                                                 allowedByPerson: group[0].allowedByPerson)]
                     changed = Self.notices(of: group[0], responses[0], handler)
                 } else {
@@ -403,7 +404,7 @@ final class StoreExecutor: Sendable {
         switch store.withLock({ $0.handler?.begin(request, from: caller, policy: policy) }) {
         case .useKey(let call)?:
             do throws(KeychainError) {
-                return useKey(try permitted(call, for: caller, context: context))
+                return useKey(try permitted(try unsealed(call, for: request, owner: owner), for: caller, context: context))
             } catch {
                 return Response(error: error)
             }
@@ -411,6 +412,23 @@ final class StoreExecutor: Sendable {
         case .derive?: return Response(error: KeychainError(.internal, "a key call asked for a key derivation"))
         case nil: return Self.stopping
         }
+    }
+
+    /// A key call whose key is sealed under an application password (sign, decrypt, agree),
+    /// with the key opened by the password of the context its query names (u_CredRef), as an
+    /// item's secret is opened (`openSealed`: the same delays, counted by the sealing's salt);
+    /// outside the store's lock. Before any prompt: a wrong password asks nobody.
+    private func unsealed(_ call: PreparedKeyCall, for request: Request, owner: ContextOwner?) throws(KeychainError) -> PreparedKeyCall {
+        guard call.needsUnsealing, let sealed = call.sealed else { return call }
+        let query: AttributeDictionary
+        switch request {
+        case .keySign(let q, _), .keyAgree(let q, _), .keyDecrypt(let q, _): query = q
+        default: return call
+        }
+        guard case .data(let given)? = query["u_CredRef"] else { throw SecItems.noApplicationPassword }
+        guard let owner else { throw AuthenticationContexts.unknown }
+        guard let password = try contexts.credential(Array(given), for: owner) else { throw SecItems.noApplicationPassword }
+        return try call.unsealed(try openSealed(sealed.layer, item: [], password: password))
     }
 
     private static func keyQuery(of request: Request) -> AttributeDictionary? {
@@ -591,30 +609,38 @@ final class StoreExecutor: Sendable {
     /// carries a context: the secret sealed under the context's application password, with
     /// Argon2id run here, on the caller's thread, with no lock but the derivation gate held.
     /// nil when there is nothing to seal (the store then refuses an item that needed it).
-    private func sealForApplicationPassword(_ request: Request, owner: ContextOwner?) throws(KeychainError) -> SecretBytes? {
+    /// A key generation sealed so is made here as the add of a key generated here (its bytes
+    /// must be sealed before the write is queued): the request to queue comes back with it.
+    private func sealForApplicationPassword(_ request: Request, owner: ContextOwner?) throws(KeychainError) -> (Request, SecretBytes?) {
         let query: AttributeDictionary
         let secret: AttributeValue?
+        var queued = request
         switch request {
         case .add(let dict):
-            guard let accc = dict["accc"], let control = try? AccessControl(accc),
-                  AccessControl.needsApplicationPassword(control.flags) else { return nil }
+            guard Self.needsApplicationPassword(dict) else { return (request, nil) }
             query = dict
             secret = dict["v_Data"]
+        case .keyGenerate(let dict):
+            guard Self.needsApplicationPassword(dict) else { return (request, nil) }
+            let item = try KeyStore.generatedItem(dict)
+            queued = .add(item)
+            query = item
+            secret = item["v_Data"]
         case .update(let match, let changes):
-            guard let new = changes["v_Data"] else { return nil }
+            guard let new = changes["v_Data"] else { return (request, nil) }
             query = match
             secret = new
         default:
-            return nil
+            return (request, nil)
         }
-        guard case .data(let given)? = query["u_CredRef"] else { return nil }
+        guard case .data(let given)? = query["u_CredRef"] else { return (queued, nil) }
         guard let owner else { throw AuthenticationContexts.unknown }
-        guard let password = try contexts.credential(Array(given), for: owner) else { return nil }
+        guard let password = try contexts.credential(Array(given), for: owner) else { return (queued, nil) }
         let plain: SecretBytes
         switch secret {
         case .data(let bytes)?: plain = bytes
         case nil: plain = .empty
-        default: return nil  // not data: the store's parsing refuses it
+        default: return (queued, nil)  // not data: the store's parsing refuses it
         }
         guard plain.count <= KeychainLimits.maxSecretBytes - ApplicationPasswordSeal.overhead else {
             throw .param("the secret of an item with an application password is at most \(KeychainLimits.maxSecretBytes - ApplicationPasswordSeal.overhead) bytes")
@@ -623,9 +649,15 @@ final class StoreExecutor: Sendable {
             guard let handler = store.handler else { throw StoreExecutor.stoppingError }
             return handler.store.configuration.argon2
         }
-        return try derivationGate.withLock { (_) throws(KeychainError) -> SecretBytes in
+        let sealed = try derivationGate.withLock { (_) throws(KeychainError) -> SecretBytes in
             SecretBytes(try ApplicationPasswordSeal.seal(plain, password: password, parameters: parameters))
         }
+        return (queued, sealed)
+    }
+
+    private static func needsApplicationPassword(_ item: AttributeDictionary) -> Bool {
+        guard let accc = item["accc"], let control = try? AccessControl(accc) else { return false }
+        return AccessControl.needsApplicationPassword(control.flags)
     }
 
     /// An item's secret opened with the call's application password: refused during the

@@ -175,7 +175,11 @@ public struct Restorer {
                 let (cls, given, data) = try Self.item(dict)
                 var attributes = given
                 // A private key is checked as an import is: the key calls trust stored keys.
-                if cls == .key { try KeyItem.fill(&attributes, data: data) }
+                // A key sealed under an application password cannot be read here: its bytes are
+                // checked when a key call opens them with the password.
+                if cls == .key && !AccessControl.needsApplicationPassword(AccessControl.storedFlags(attributes)) {
+                    try KeyItem.fill(&attributes, data: data)
+                }
                 let pdmn = Protection(rawValue: attributes["pdmn"]!.stringValue!)!
                 var row = store.codec.seal(cls, attributes: attributes, data: data,
                                            persistentID: PersistentID.make(at: store.now()), classKey: try store.classKey(pdmn))

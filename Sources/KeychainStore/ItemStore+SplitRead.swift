@@ -133,6 +133,13 @@ public struct SplitReader: Sendable {
                 found.removeAll(where: \.key.secretAsksPerson)
                 guard !found.isEmpty else { throw KeychainError(.itemNotFound, "the matching identities' keys ask the person first (left out under u_AuthUI Skip)") }
             }
+            // An extractable key sealed under an application password: its bytes are opened only
+            // by a read of the key item itself, with the password; never its layer as the key.
+            if query.returnData, found.contains(where: \.key.secretSealedUnderPassword) {
+                guard query.authenticationUI == .skip else { throw SecItems.noApplicationPassword }
+                found.removeAll(where: \.key.secretSealedUnderPassword)
+                guard !found.isEmpty else { throw KeychainError(.itemNotFound, "the matching identities' keys are sealed under an application password (left out under u_AuthUI Skip)") }
+            }
             let result = try Identities.result(found, query: query, confirmed: consent.confirmed)
             guard case .list(let results) = result else { return result }
             try page(results)
@@ -217,10 +224,10 @@ public struct SplitReader: Sendable {
                 corrupt += 1
             }
         }
-        if query.returnData, items.contains(where: \.sealedUnderPassword), try !(consent.presence?.hasApplicationPassword() ?? false) {
+        if query.returnData, items.contains(where: \.secretSealedUnderPassword), try !(consent.presence?.hasApplicationPassword() ?? false) {
             // No password to open them with, and none can be asked for.
             guard query.authenticationUI == .skip else { throw SecItems.noApplicationPassword }
-            items.removeAll(where: \.sealedUnderPassword)
+            items.removeAll(where: \.secretSealedUnderPassword)
         }
         if query.returnData, let first = items.first(where: \.secretAsksPerson),
            try !consent.permits(label: first.attributes["labl"]?.stringValue, query: query) {
@@ -229,7 +236,7 @@ public struct SplitReader: Sendable {
         // After the person said yes, if the item also asks: a wrong password then costs no prompt
         // more, and no password is tried for an item the person refused.
         if query.returnData, let presence = consent.presence {
-            for i in items.indices where items[i].sealedUnderPassword {
+            for i in items.indices where items[i].secretSealedUnderPassword {
                 items[i].data = try presence.openSealedSecret(items[i].data, item: items[i].row.persistentID)
                 items[i].sealedUnderPassword = false
             }

@@ -10,7 +10,12 @@ enum KeyItem {
 
     /// Attributes that are facts about the key's bytes, or its history: fixed once the key is
     /// stored (an update that names them with another value is refused).
-    static let fixed = Set(derived + ["kcls", "type"])
+    static let fixed = Set(derived + ["kcls", "type", sealedPublicKey])
+
+    /// keychaind's own attribute of a private key sealed under an application password: its
+    /// public key, derived on add, so that the public key's uses (export, verify, encrypt to
+    /// it) and key listings need no password, as Apple's SecKeyCopyPublicKey needs none.
+    static let sealedPublicKey = "xpub"
 
     /// kSecAttrKeyClass of a private key.
     static let privateKeyClass: Int64 = 1
@@ -49,6 +54,15 @@ enum KeyItem {
         ]
         try DerivedAttributes.check(attributes, against: values, codes: derived, schema: .key, source: "the key")
         attributes.merge(values) { _, new in new }
+        if AccessControl.needsApplicationPassword(AccessControl.storedFlags(attributes)) {
+            let publicKey: AttributeValue = .data(SecretBytes(key.publicKey))
+            if let given = attributes[sealedPublicKey], given != publicKey {
+                throw KeychainError(.param, "\(sealedPublicKey) is the key's public key, derived by keychaind: give none or that one")
+            }
+            attributes[sealedPublicKey] = publicKey
+        } else if attributes[sealedPublicKey] != nil {
+            throw KeychainError(.param, "\(sealedPublicKey) is keychaind's own, for a key sealed under an application password only")
+        }
         attributes["extr"] = .int(extractable ? 1 : 0)
         attributes["modi"] = attributes["modi"] ?? .int(1)
         for (flag, on) in usage(of: type) where attributes[flag] == nil {

@@ -11,6 +11,13 @@ public struct KeyStore {
     /// Generates a private key of the `type` the attributes name and stores it like an import.
     /// Returns the stored item's attributes with its v_PersistentRef.
     public func generateKey(_ dict: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> QueryResult {
+        try store.items.add(try Self.generatedItem(dict), scope: scope)
+    }
+
+    /// The add dictionary of a key generation: the caller's attributes checked, with a new
+    /// private key of the `type` they name. Made outside the store's lock for a key sealed
+    /// under an application password, whose sealing runs Argon2id (StoreExecutor).
+    public static func generatedItem(_ dict: AttributeDictionary) throws(KeychainError) -> AttributeDictionary {
         for key in dict.keys where key == "v_Data" || key.hasPrefix("r_") || key == "v_PersistentRef" {
             throw KeychainError(.param, "\(key) has no place in a key generation: the daemon makes the key and answers with its attributes")
         }
@@ -25,7 +32,7 @@ public struct KeyStore {
         item["v_Data"] = .data(key.bytes)
         item["r_Attributes"] = .bool(true)
         item["r_PersistentRef"] = .bool(true)
-        return try store.items.add(item, scope: scope)
+        return item
     }
 
     // MARK: the key calls
@@ -34,13 +41,17 @@ public struct KeyStore {
     /// within the caller's groups, with `usage` (sign, drve, decr) on. errSecItemNotFound when
     /// none matches; errSecInteractionNotAllowed while its class key is locked; errSecParam
     /// when the flag is off or the item is not a key keychaind can use.
+    /// A key sealed under an application password is errSecInteractionNotAllowed here: its
+    /// bytes open only outside the store's lock (the key calls).
     public func privateKey(_ dict: AttributeDictionary, usage: String?, scope: AccessScope) throws(KeychainError) -> PrivateKey {
-        try openedKey(dict, usage: usage, scope: scope).key
+        guard let key = try openedKey(dict, usage: usage, scope: scope).key.key else { throw SecItems.noApplicationPassword }
+        return key
     }
 
-    /// The private key as `privateKey` finds it, with the question its use must ask first when
-    /// its item has userPresence or devicePasscode (nil otherwise).
-    func openedKey(_ dict: AttributeDictionary, usage: String?, scope: AccessScope) throws(KeychainError) -> (key: PrivateKey, question: KeyUseQuestion?) {
+    /// The private key as `privateKey` finds it (or, sealed under an application password,
+    /// its sealed bytes and public key), with the question its use must ask first when its
+    /// item has userPresence or devicePasscode (nil otherwise).
+    func openedKey(_ dict: AttributeDictionary, usage: String?, scope: AccessScope) throws(KeychainError) -> (key: OpenedKey, question: KeyUseQuestion?) {
         var query = dict
         query["class"] = .string(ItemClass.key.rawValue)
         // A persistent reference names one item and may not be joined by attributes.
@@ -64,14 +75,18 @@ public struct KeyStore {
             ? KeyUseQuestion(label: item.attributes["labl"]?.stringValue, reason: parsed.operationPrompt,
                              mayAsk: parsed.authenticationUI == .allow)
             : nil
-        return (try PrivateKey(stored: item.data, type: type), question)
+        guard item.sealedUnderPassword else { return (OpenedKey(key: try PrivateKey(stored: item.data, type: type)), question) }
+        guard case .data(let publicKey)? = item.attributes[KeyItem.sealedPublicKey] else {
+            throw KeychainError(.decode, "a key sealed under an application password lacks its public key")
+        }
+        return (OpenedKey(sealed: SealedKey(layer: item.data, type: type, publicKey: Array(publicKey))), question)
     }
 
     /// A use of the private key that its constraint covers (sign, decrypt, agree): carries the
     /// question when the key asks first.
     private func constrainedUse(_ query: AttributeDictionary, usage: String, scope: AccessScope, _ use: PreparedKeyCall.Use) throws(KeychainError) -> PreparedKeyCall {
         let (key, question) = try openedKey(query, usage: usage, scope: scope)
-        return PreparedKeyCall(key: key, use: use, question: question)
+        return PreparedKeyCall(key, use: use, question: question)
     }
 
     public func publicKey(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
@@ -81,7 +96,7 @@ public struct KeyStore {
     /// The key whose public half is asked for, opened: for the 25519 keys the public key is a
     /// scalar multiplication, left to `run` outside the store's lock.
     public func publicKeyExport(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
-        PreparedKeyCall(key: try privateKey(query, usage: nil, scope: scope), use: .publicKey)
+        PreparedKeyCall(try openedKey(query, usage: nil, scope: scope).key, use: .publicKey)
     }
 
     /// Needs the key's sign flag.
@@ -111,7 +126,7 @@ public struct KeyStore {
         let algorithm = try call.signingAlgorithm()
         let data = try call.bytes("data")
         let signature = try call.bytes("signature")
-        return PreparedKeyCall(key: try privateKey(query, usage: nil, scope: scope), use: .verify(signature, data, algorithm))
+        return PreparedKeyCall(try openedKey(query, usage: nil, scope: scope).key, use: .verify(signature, data, algorithm))
     }
 
     /// Needs the key's drve flag.
@@ -161,8 +176,8 @@ public struct KeyStore {
             try requireVisibleKey(query, publicKey: publicKey, type: algorithm.keyType, scope: scope)
             return PreparedKeyCall(key: nil, use: .encrypt(plaintext, to: publicKey, algorithm.keyType, algorithm))
         }
-        let key = try privateKey(query, usage: nil, scope: scope)
-        return PreparedKeyCall(key: key, use: .encrypt(plaintext, to: nil, key.type, algorithm))
+        let key = try openedKey(query, usage: nil, scope: scope).key
+        return PreparedKeyCall(key, use: .encrypt(plaintext, to: nil, key.type, algorithm))
     }
 
     /// Decrypts with the private key the query finds: needs its decr flag and its class key.
@@ -230,8 +245,10 @@ public struct PreparedKeyCall: Sendable {
         case decrypt([UInt8], KeyEncryptionAlgorithm)
     }
 
-    /// nil only for an encryption to a public key the caller gave.
-    let key: PrivateKey?
+    /// nil for an encryption to a public key the caller gave, and for a key still sealed.
+    private var key: PrivateKey?
+    /// The key's bytes under its application password, until `unsealed`.
+    public private(set) var sealed: SealedKey?
     let use: Use
     /// What the person must be asked before the key is used (its item asks first); nil: nothing.
     public let question: KeyUseQuestion?
@@ -242,6 +259,30 @@ public struct PreparedKeyCall: Sendable {
         self.key = key
         self.use = use
         self.question = question
+    }
+
+    init(_ opened: OpenedKey, use: Use, question: KeyUseQuestion? = nil) {
+        self.init(key: opened.key, use: use, question: question)
+        sealed = opened.sealed
+    }
+
+    /// Whether the call needs the private key's bytes that an application password still seals
+    /// (sign, decrypt, agree); the public key's uses do not.
+    public var needsUnsealing: Bool {
+        guard key == nil, sealed != nil else { return false }
+        switch use {
+        case .sign, .agree, .decrypt: return true
+        case .publicKey, .verify, .encrypt: return false
+        }
+    }
+
+    /// This call with its key's bytes, opened from `sealed` with the application password.
+    public func unsealed(_ bytes: SecretBytes) throws(KeychainError) -> PreparedKeyCall {
+        guard let sealed else { return self }
+        var call = self
+        call.key = try PrivateKey(stored: bytes, type: sealed.type)
+        call.sealed = nil
+        return call
     }
 
     /// This call, once the person at the prompt allowed it: only then does a key that asks
@@ -256,8 +297,7 @@ public struct PreparedKeyCall: Sendable {
     public func run() throws(KeychainError) -> ItemResult {
         switch use {
         case .verify(let signature, let data, let algorithm):
-            let key = try opened()
-            let valid = try PublicKeyVerifier.verify(signature, of: data, publicKey: key.publicKey, type: key.type, algorithm: algorithm)
+            let valid = try PublicKeyVerifier.verify(signature, of: data, publicKey: try publicKey(), type: try keyType(), algorithm: algorithm)
             return .attributes(["valid": .bool(valid)])
         default:
             return .data(try data())
@@ -271,14 +311,14 @@ public struct PreparedKeyCall: Sendable {
         }
         switch use {
         case .publicKey:
-            return SecretBytes(try opened().publicKey)
+            return SecretBytes(try publicKey())
         case .sign(let data, let algorithm):
             return SecretBytes(try opened().sign(data, algorithm: algorithm))
         case .agree(let peer, let algorithm, let size, let sharedInfo):
             return try opened().agree(with: peer, algorithm: algorithm, requestedSize: size, sharedInfo: sharedInfo)
         case .encrypt(let plaintext, let given, let type, let algorithm):
             let publicKey: [UInt8]
-            if let given { publicKey = given } else { publicKey = try opened().publicKey }
+            if let given { publicKey = given } else { publicKey = try self.publicKey() }
             return SecretBytes(try PublicKeyEncryptor.encrypt(plaintext, to: publicKey, type: type, algorithm: algorithm))
         case .decrypt(let ciphertext, let algorithm):
             return try opened().decrypt(ciphertext, algorithm: algorithm)
@@ -288,9 +328,43 @@ public struct PreparedKeyCall: Sendable {
     }
 
     private func opened() throws(KeychainError) -> PrivateKey {
-        guard let key else { throw KeychainError(.internal, "a key call without its key") }
-        return key
+        if let key { return key }
+        // The application-password layer is never taken for the key.
+        if sealed != nil { throw SecItems.noApplicationPassword }
+        throw KeychainError(.internal, "a key call without its key")
     }
+
+    /// The key's public half: a sealed key's is kept beside its sealed bytes.
+    private func publicKey() throws(KeychainError) -> [UInt8] {
+        if let sealed, key == nil { return sealed.publicKey }
+        return try opened().publicKey
+    }
+
+    private func keyType() throws(KeychainError) -> KeyType {
+        if let sealed, key == nil { return sealed.type }
+        return try opened().type
+    }
+}
+
+/// A private key found for a key call: opened, or still sealed under its application password.
+struct OpenedKey {
+    var key: PrivateKey?
+    var sealed: SealedKey?
+
+    init(key: PrivateKey) { self.key = key }
+    init(sealed: SealedKey) { self.sealed = sealed }
+
+    var type: KeyType { key?.type ?? sealed!.type }
+}
+
+/// A private key sealed under an application password (accc flag applicationPassword): its
+/// item's application-password layer (ApplicationPasswordSeal), opened outside the store's
+/// lock with the password of the call's context, and the public key stored beside it
+/// (`KeyItem.sealedPublicKey`), which the public key's uses need without the password.
+public struct SealedKey: Sendable {
+    public let layer: SecretBytes
+    let type: KeyType
+    let publicKey: [UInt8]
 }
 
 /// What a key use asks the person before it runs (docs/security.md, "Items that ask first"):

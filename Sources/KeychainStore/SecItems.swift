@@ -86,7 +86,7 @@ public struct SecItems {
 
     /// An item with an application password, read, added or changed without one. As when an
     /// item asks the person and nobody can be asked: keychaind has no dialog for it.
-    static let noApplicationPassword = KeychainError(.interactionNotAllowed, "the item's secret is sealed under an application password (accc flag 2147483648), and the call carries none: give it to an authentication context (contextSetCredential) and send the context's u_CredRef")
+    public static let noApplicationPassword = KeychainError(.interactionNotAllowed, "the item's secret is sealed under an application password (accc flag 2147483648), and the call carries none: give it to an authentication context (contextSetCredential) and send the context's u_CredRef")
 
     /// Inserts, or on a primary-key clash replaces the holder if it is an altered or expired row.
     private func insertReplacingCorrupt(_ row: ItemRow) throws(KeychainError) -> Int64 {
@@ -144,7 +144,7 @@ public struct SecItems {
             throw KeychainError(.interactionNotAllowed, "this item's secret is read only after the person at the machine types the keychain passcode, and nobody can be asked here")
         }
         // Whoever calls: the application-password layer is never an answer.
-        if query.returnData, items.contains(where: \.sealedUnderPassword) { throw noApplicationPassword }
+        if query.returnData, items.contains(where: \.secretSealedUnderPassword) { throw noApplicationPassword }
         // A non-extractable key's bytes are never an answer: left out of a dictionary, and a
         // call that asks for nothing but data is refused (docs/keys.md).
         if wanted == 1 && query.returnData, items.contains(where: KeyItem.isSealed) {

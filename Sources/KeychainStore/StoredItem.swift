@@ -38,6 +38,9 @@ struct StoredItem: Sendable {
     /// Whether its secret is sealed under the application password too (docs/security.md,
     /// "The application password").
     var needsApplicationPassword: Bool { AccessControl.needsApplicationPassword(accessFlags) }
+    /// Whether handing out its secret needs the application password: a non-extractable key's
+    /// sealed bytes are never handed out, so a read of it needs none (its use does).
+    var secretSealedUnderPassword: Bool { sealedUnderPassword && !KeyItem.isSealed(self) }
 }
 
 /// The 16 bytes behind a persistent reference: the creation time in milliseconds since 2001

@@ -4,8 +4,8 @@ import Testing
 /// kSecAttrAccessControl's flags, checked with Apple's rules (SecAccessControlCreateWithFlags;
 /// shared/reference/keychain-semantics.md 3.4), each combination with the code Apple gives.
 /// What Apple accepts is stored with the item (passwords and keys), except what is not built
-/// yet (the application password on keys, constraints on certificates): errSecUnimplemented,
-/// never an item stored without its constraint.
+/// yet (constraints on certificates): errSecUnimplemented, never an item stored without its
+/// constraint.
 @Suite("Access-control flags (issue 29)")
 struct AccessControlFlagTests {
     static func addStatus(_ accc: String, sync: Bool = false) -> KeychainStatus? {
@@ -32,8 +32,8 @@ struct AccessControlFlagTests {
         #expect(AccessControl.needsApplicationPassword(AccessControl.storedFlags(query.attributes)))
     }
 
-    @Test func theApplicationPasswordOnAKeyIsNotBuiltYet() {
-        #expect(queryStatus(["class": .string("keys"), "accc": .string("ak;2147483648")], for: .add) == .unimplemented)
+    @Test func aKeyTakesTheApplicationPassword() {
+        #expect(queryStatus(["class": .string("keys"), "accc": .string("ak;2147483648")], for: .add) == nil)
     }
 
     /// A key's constraint governs its use (sign, decrypt, agree: docs/semantics.md).

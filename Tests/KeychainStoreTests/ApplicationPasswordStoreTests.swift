@@ -78,4 +78,34 @@ struct ApplicationPasswordStoreTests {
         sealed[10] ^= 0x01  // a salt byte
         expectStatus(.authFailed) { _ = try ApplicationPasswordSeal.open(sealed, password: Self.password) }
     }
+
+    /// The attack on a key: whoever reads the database with the device key and every class key
+    /// opens the key's row, its attributes and its public key, not its private bytes; and the
+    /// store never takes the sealed layer for the key in a signature.
+    @Test func theClassKeyAloneOpensAKeysRowButNotItsPrivateBytes() throws {
+        let t = try TemporaryStore()
+        let privateBytes = [UInt8](repeating: 7, count: 32)
+        let key: AttributeDictionary = [
+            "class": .string("keys"), "kcls": .int(1), "type": .int(KeyType.ed25519.attributeNumber), "labl": .string("signing"),
+            "sign": .int(1), "accc": .string("ak;2147483648"), "v_Data": .data(SecretBytes(privateBytes)),
+        ]
+        let sealed = SecretBytes(try ApplicationPasswordSeal.seal(privateBytes, password: Self.password, parameters: .testingOnly))
+        try t.store.items.add(key, scope: TemporaryStore.app, sealedSecret: sealed)
+        var rows: [ItemRow] = []
+        try t.store.table.forEachRow(of: .key, protection: .whenUnlocked) { row in
+            rows.append(row)
+            return true
+        }
+        let opened = try t.store.codec.open(try #require(rows.first), classKey: try t.store.classKey(.whenUnlocked), withAttributes: true)
+        let held = Array(opened.data)
+        #expect(!(0...(held.count - privateBytes.count)).contains { Array(held[$0..<($0 + privateBytes.count)]) == privateBytes })
+        let publicKey = try PrivateKey(stored: SecretBytes(privateBytes), type: .ed25519).publicKey
+        #expect(opened.attributes["xpub"] == .data(SecretBytes(publicKey)))
+        #expect(Array(try ApplicationPasswordSeal.open(opened.data, password: Self.password)) == privateBytes)
+        let call = try t.store.keys.signature(["class": .string("keys"), "labl": .string("signing")],
+                                              parameters: ["algorithm": .string(KeySigningAlgorithm.ed25519.rawValue), "data": .data([1])], scope: TemporaryStore.app)
+        #expect(call.needsUnsealing)
+        expectStatus(.interactionNotAllowed) { _ = try call.run() }
+        #expect(try call.unsealed(try ApplicationPasswordSeal.open(opened.data, password: Self.password)).run() != .data(.empty))
+    }
 }
