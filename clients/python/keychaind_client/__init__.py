@@ -451,28 +451,33 @@ class Connection:
         self._call("removePasscode", _lp(current))
 
     # key calls (docs/protocol.md, operations 24-30; the Key class wraps them)
-    def key_generate(self, attributes: Attributes) -> Attributes:
+    # app_password=: for a key sealed under an application password (accc flag
+    # APPLICATION_PASSWORD): generate seals the key under it; sign, agree and decrypt need it.
+    def key_generate(self, attributes: Attributes, *, app_password: _Password = None) -> Attributes:
         """Makes a private key inside keychaind; its item's attributes with v_PersistentRef."""
-        return self._call("keyGenerate", _encode_dict(attributes))
+        return self._with_app_password(app_password, "keyGenerate", lambda a: _encode_dict(a), attributes)
 
     def key_public(self, query: Attributes) -> bytes:
         return self._call("keyPublic", _encode_dict(query), retry=True)
 
-    def key_sign(self, query: Attributes, parameters: Attributes) -> bytes:
-        return self._call("keySign", _encode_dict(query) + _encode_dict(parameters), retry=True)
+    def key_sign(self, query: Attributes, parameters: Attributes, *, app_password: _Password = None) -> bytes:
+        return self._with_app_password(app_password, "keySign", lambda q: _encode_dict(q) + _encode_dict(parameters), query,
+                                       retry=True)
 
     def key_verify(self, query: Attributes, parameters: Attributes) -> bool:
         answer = self._call("keyVerify", _encode_dict(query) + _encode_dict(parameters), retry=True)
         return bool(answer["valid"])
 
-    def key_agree(self, query: Attributes, parameters: Attributes) -> bytes:
-        return self._call("keyAgree", _encode_dict(query) + _encode_dict(parameters), retry=True)
+    def key_agree(self, query: Attributes, parameters: Attributes, *, app_password: _Password = None) -> bytes:
+        return self._with_app_password(app_password, "keyAgree", lambda q: _encode_dict(q) + _encode_dict(parameters), query,
+                                       retry=True)
 
     def key_encrypt(self, query: Attributes, parameters: Attributes) -> bytes:
         return self._call("keyEncrypt", _encode_dict(query) + _encode_dict(parameters), retry=True)
 
-    def key_decrypt(self, query: Attributes, parameters: Attributes) -> bytes:
-        return self._call("keyDecrypt", _encode_dict(query) + _encode_dict(parameters), retry=True)
+    def key_decrypt(self, query: Attributes, parameters: Attributes, *, app_password: _Password = None) -> bytes:
+        return self._with_app_password(app_password, "keyDecrypt", lambda q: _encode_dict(q) + _encode_dict(parameters), query,
+                                       retry=True)
 
     # sync calls (docs/protocol.md, operations 32-39). Without a [sync] database in keychaind's
     # config every one raises KeychainError(NOT_AVAILABLE) naming the setting.

@@ -105,11 +105,17 @@ class Key:
     @classmethod
     def generate(cls, connection: "Connection", key_type: Union[KeyType, str], label: str,
                  accessible: str = "when-unlocked", access_group: Optional[str] = None,
-                 extractable: bool = False, application_tag: Optional[bytes] = None) -> "Key":
+                 extractable: bool = False, application_tag: Optional[bytes] = None, *,
+                 require: Union[str, List[str], None] = None, app_password: Any = None) -> "Key":
         """A new private key, made inside keychaind and stored there. accessible: a name from
-        ACCESSIBLE ("when-unlocked", the default, ...) or a pdmn code."""
+        ACCESSIBLE ("when-unlocked", the default, ...) or a pdmn code. require: the CLI's
+        names ("presence", "passcode", "app-password"); with "app-password" the key's bytes
+        are sealed under app_password, which sign, agree and decrypt then need."""
+        from .access_control import with_access_control
         item = _key_attributes(KeyType(key_type), label, accessible, access_group, extractable, application_tag)
-        return cls._from_item(connection, connection.key_generate(item))
+        if require is not None:
+            item = with_access_control(item, None, require)
+        return cls._from_item(connection, connection.key_generate(item, app_password=app_password))
 
     @classmethod
     def import_private_key(cls, connection: "Connection", private_key: Bytes, key_type: Union[KeyType, str],
@@ -154,12 +160,14 @@ class Key:
     def _reference(self) -> Dict[str, Any]:
         return {"v_PersistentRef": self.persistent_ref}
 
-    def sign(self, data: Bytes, algorithm: Optional[str] = None) -> bytes:
+    def sign(self, data: Bytes, algorithm: Optional[str] = None, *, app_password: Any = None) -> bytes:
         """A signature of data: Ed25519's 64 raw bytes, or P-256's DER X9.62 ECDSA signature
         (over SHA-256 of data by default; SigningAlgorithm.ECDSA_DIGEST_X962_SHA256 signs a
-        32-byte digest). Needs the key's sign flag and its class key."""
+        32-byte digest). Needs the key's sign flag and its class key, and app_password for a
+        key sealed under one."""
         return self.connection.key_sign(self._reference, {
-            "algorithm": algorithm or self._default(_DEFAULT_SIGNING, "sign"), "data": bytes(data)})
+            "algorithm": algorithm or self._default(_DEFAULT_SIGNING, "sign"), "data": bytes(data)},
+            app_password=app_password)
 
     def verify(self, signature: Bytes, data: Bytes, algorithm: Optional[str] = None) -> bool:
         """Whether signature is this key's signature of data."""
@@ -168,7 +176,7 @@ class Key:
             "signature": bytes(signature)})
 
     def agree(self, peer_public_key: Bytes, algorithm: str = AgreementAlgorithm.STANDARD,
-              requested_size: Optional[int] = None, shared_info: Bytes = b"") -> bytes:
+              requested_size: Optional[int] = None, shared_info: Bytes = b"", *, app_password: Any = None) -> bytes:
         """The shared secret with a peer's public key (X25519 or P-256), raw or through the
         X9.63 KDF (requested_size bytes). Needs the key's derive flag and its class key."""
         parameters: Dict[str, Any] = {"algorithm": algorithm, "peer": bytes(peer_public_key)}
@@ -176,7 +184,7 @@ class Key:
             parameters["requestedSize"] = requested_size
         if shared_info:
             parameters["sharedInfo"] = bytes(shared_info)
-        return self.connection.key_agree(self._reference, parameters)
+        return self.connection.key_agree(self._reference, parameters, app_password=app_password)
 
     def encrypt(self, plaintext: Bytes, algorithm: Optional[str] = None) -> bytes:
         """plaintext encrypted to this key's public half: Apple's ECIES for P-256 (by default
@@ -186,11 +194,13 @@ class Key:
             "algorithm": algorithm or self._default(_DEFAULT_ENCRYPTION, "encrypt"), "data": bytes(plaintext),
             "publicKey": self.public_key})
 
-    def decrypt(self, ciphertext: Bytes, algorithm: Optional[str] = None) -> bytes:
+    def decrypt(self, ciphertext: Bytes, algorithm: Optional[str] = None, *, app_password: Any = None) -> bytes:
         """The plaintext of a ciphertext made for this key. Needs the key's decrypt flag and
-        its class key; a wrong key or an altered ciphertext raises KeychainError(PARAM)."""
+        its class key (and app_password for a key sealed under one); a wrong key or an altered
+        ciphertext raises KeychainError(PARAM)."""
         return self.connection.key_decrypt(self._reference, {
-            "algorithm": algorithm or self._default(_DEFAULT_ENCRYPTION, "encrypt"), "data": bytes(ciphertext)})
+            "algorithm": algorithm or self._default(_DEFAULT_ENCRYPTION, "encrypt"), "data": bytes(ciphertext)},
+            app_password=app_password)
 
     def delete(self) -> None:
         """Deletes the key from the keychain."""

@@ -81,3 +81,16 @@ def test_the_clients_copy_of_the_password_is_zeroed_once_sent(conn, monkeypatch)
 def test_the_password_is_str_or_bytes(conn):
     with pytest.raises(TypeError):
         conn.copy_matching(SECRET, app_password=1234)
+
+
+def test_a_key_sealed_under_the_password_signs_with_it_only(conn):
+    from keychaind_client import Key
+    key = Key.generate(conn, "ed25519", "release", require="app-password", app_password=PASSWORD)
+    assert key.attributes["accc"] == "ak;%d" % AccessControl.APPLICATION_PASSWORD
+    signature = key.sign(b"v1", app_password=PASSWORD)
+    assert key.verify(signature, b"v1")  # the public key's uses need no password
+    with pytest.raises(InteractionNotAllowed):
+        key.sign(b"v1")
+    with pytest.raises(AuthFailed) as raised:
+        key.sign(b"v1", app_password="battery staple")
+    assert "battery" not in str(raised.value)
