@@ -32,6 +32,8 @@ PRODUCTS = keychaind keychain git-credential-keychain keychain-secret-service
 MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
 PAMDIR ?= /usr/lib/$(MULTIARCH)/security
 PAMCONFIGDIR ?= /usr/share/pam-configs
+# polkitd reads actions from here alone, whatever the prefix.
+POLKITACTIONDIR ?= /usr/share/polkit-1/actions
 PAM_MODULE = .build/pam/pam_keychaind.so
 # The Swift runtime is linked in, so the executables run where no Swift toolchain is.
 SWIFT_BUILD_FLAGS = -c $(CONFIGURATION) --static-swift-stdlib
@@ -148,6 +150,8 @@ install-files:
 	install -d $(DESTDIR)$(PAMDIR) $(DESTDIR)$(PAMCONFIGDIR)
 	install -m 0644 $(PAM_MODULE) $(DESTDIR)$(PAMDIR)/pam_keychaind.so
 	install -m 0644 pam/pam-config $(DESTDIR)$(PAMCONFIGDIR)/keychaind
+	install -d $(DESTDIR)$(POLKITACTIONDIR)
+	install -m 0644 Config/polkit/org.keychaind.presence.policy $(DESTDIR)$(POLKITACTIONDIR)/
 
 # Removes what install put there, except the config file (it may hold local changes).
 uninstall:
@@ -159,6 +163,7 @@ uninstall:
 	for page in $(notdir $(MANPAGES)); do rm -f $(DESTDIR)$(MANDIR)/man$${page##*.}/$$page; done
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/keychain $(DESTDIR)$(ZSHCOMPDIR)/_keychain $(DESTDIR)$(FISHCOMPDIR)/keychain.fish
 	rm -f $(DESTDIR)$(PAMDIR)/pam_keychaind.so $(DESTDIR)$(PAMCONFIGDIR)/keychaind
+	rm -f $(DESTDIR)$(POLKITACTIONDIR)/org.keychaind.presence.policy
 
 # A Debian package, checked by lintian (errors fail the build).
 deb:

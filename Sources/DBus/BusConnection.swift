@@ -66,6 +66,31 @@ public final class BusConnection {
     /// default of 25 s). A D-Bus error reply is thrown with its name and message.
     public func call(destination: String, path: String, interface: String, member: String,
                      arguments: [BusValue] = [], timeoutMicroseconds: UInt64 = 0) throws(KeychainError) -> BusMessage {
+        switch try answer(destination: destination, path: path, interface: interface, member: member,
+                          arguments: arguments, timeoutMicroseconds: timeoutMicroseconds) {
+        case .reply(let reply): return reply
+        case .error(let name, let text):
+            throw KeychainError(.io, "\(destination) \(interface).\(member) failed: \(name): \(text)")
+        case .timedOut:
+            throw KeychainError(.io, "\(destination) \(interface).\(member) failed: no answer in time")
+        }
+    }
+
+    /// What a method call came back with, for a caller that tells a service's errors apart by
+    /// their names. Failing to send or a lost bus is thrown.
+    public enum Answer {
+        case reply(BusMessage)
+        /// The D-Bus error the call was answered with (the bus's own, such as
+        /// org.freedesktop.DBus.Error.ServiceUnknown, or the service's).
+        case error(name: String, message: String)
+        /// No answer within the call's time.
+        case timedOut
+    }
+
+    /// Calls a method and waits for its answer (at most `timeoutMicroseconds`; 0: sd-bus's
+    /// default of 25 s).
+    public func answer(destination: String, path: String, interface: String, member: String,
+                       arguments: [BusValue] = [], timeoutMicroseconds: UInt64 = 0) throws(KeychainError) -> Answer {
         var message: OpaquePointer?
         let r = sd_bus_message_new_method_call(bus, &message, destination, path, interface, member)
         guard r >= 0, let message else { throw Self.failure(r, "cannot build a call to \(interface).\(member)") }
@@ -76,15 +101,15 @@ public final class BusConnection {
         var reply: OpaquePointer?
         let status = sd_bus_call(bus, message, timeoutMicroseconds, &error, &reply)
         guard status >= 0, let reply else {
+            if status == -ETIMEDOUT { return .timedOut }
             if sd_bus_error_is_set(&error) != 0 {
-                let name = error.name.map { String(cString: $0) } ?? "?"
-                let text = error.message.map { String(cString: $0) } ?? ""
-                throw KeychainError(.io, "\(destination) \(interface).\(member) failed: \(name): \(text)")
+                return .error(name: error.name.map { String(cString: $0) } ?? "?",
+                              message: error.message.map { String(cString: $0) } ?? "")
             }
             throw Self.failure(status, "\(destination) \(interface).\(member) failed")
         }
         defer { sd_bus_message_unref(reply) }
-        return BusMessage(reply)
+        return .reply(BusMessage(reply))
     }
 
     /// Calls `handler` for every signal that matches (nil: any). With a well-known `sender`

@@ -401,6 +401,12 @@ public struct AccessControl: Sendable, Equatable {
     /// mean the keychain passcode typed at keychaind's prompt; there is no other way here).
     public static func asksPerson(_ flags: UInt32) -> Bool { flags & (Flag.userPresence | Flag.devicePasscode) != 0 }
 
+    /// Whether only the keychain passcode answers (devicePasscode, not satisfied by
+    /// userPresence through Or): polkit's login password then does not count.
+    public static func needsKeychainPasscode(_ flags: UInt32) -> Bool {
+        flags & Flag.devicePasscode != 0 && (flags & Flag.userPresence == 0 || flags & Flag.and != 0)
+    }
+
     /// The form kept in the item's attributes and returned in its results.
     public var stored: String { "\(protection.rawValue);\(flags)" }
 

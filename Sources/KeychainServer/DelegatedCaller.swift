@@ -171,6 +171,6 @@ final class BridgeLink {
             callers[key] = Entry(process: process, lastUse: clock)
         }
         return Caller(pid: pid, uid: process.uid, gid: process.gid, executable: withExecutable ? process.executable() : nil,
-                      unit: withUnit ? process.unit() : nil)
+                      unit: withUnit ? process.unit() : nil, startTime: startTime)
     }
 }

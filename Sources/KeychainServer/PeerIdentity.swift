@@ -15,13 +15,17 @@ public struct Caller: Sendable, Equatable, CustomStringConvertible {
     public let executable: String?
     /// The systemd unit of its cgroup at accept, read only while some application names units.
     public let unit: SystemdUnit?
+    /// Its start time (clock ticks since boot, /proc/PID/stat) at accept, read only while
+    /// polkit may be asked about it: with the pid, what names this process to polkitd.
+    public let startTime: UInt64?
 
-    public init(pid: Int32, uid: UInt32, gid: UInt32, executable: String?, unit: SystemdUnit? = nil) {
+    public init(pid: Int32, uid: UInt32, gid: UInt32, executable: String?, unit: SystemdUnit? = nil, startTime: UInt64? = nil) {
         self.pid = pid
         self.uid = uid
         self.gid = gid
         self.executable = executable
         self.unit = unit
+        self.startTime = startTime
     }
 
     /// Reads the credentials of a connected socket's peer. With `holdingProcess` (the policy
@@ -29,14 +33,17 @@ public struct Caller: Sendable, Equatable, CustomStringConvertible {
     /// that each later request can be checked against it (`PeerProcess`); otherwise the
     /// executable is read once, for messages, and nothing is kept. With `readingUnit` (some
     /// application names units) its unit is read through the same descriptor.
-    static func of(_ socket: UnixSocket, holdingProcess: Bool, readingUnit: Bool = false) -> (Caller, PeerProcess?)? {
+    /// With `readingStartTime` (polkit may be asked) its start time too.
+    static func of(_ socket: UnixSocket, holdingProcess: Bool, readingUnit: Bool = false,
+                   readingStartTime: Bool = false) -> (Caller, PeerProcess?)? {
         guard let peer = PeerCredentials.of(socket) else { return nil }
-        guard holdingProcess || readingUnit else {
+        guard holdingProcess || readingUnit || readingStartTime else {
             return (Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: PeerProcess.executable(pid: peer.pid)), nil)
         }
         let process = PeerProcess(pid: peer.pid, uid: peer.uid)
         let caller = Caller(pid: peer.pid, uid: peer.uid, gid: peer.gid, executable: process?.executable(),
-                            unit: readingUnit ? process?.unit() : nil)
+                            unit: readingUnit ? process?.unit() : nil,
+                            startTime: readingStartTime ? process?.startTime() : nil)
         return (caller, holdingProcess ? process : nil)
     }
 
@@ -74,6 +81,9 @@ final class PeerProcess {
 
     /// Its systemd unit, from its cgroup file (readable whoever runs it, dumpable or not).
     func unit() -> SystemdUnit? { ProcFile.read("cgroup", in: directory).flatMap(SystemdUnit.init(cgroupFile:)) }
+
+    /// Its start time (stat's field 22), through the descriptor opened for this process.
+    func startTime() -> UInt64? { ProcFile.read("stat", in: directory).flatMap(DelegatedProcess.parseStat)?.startTime }
 
     /// The executable the process runs now (its path, as /proc/PID/exe gives it, without the
     /// " (deleted)" that follows a binary replaced on disk, which the process still runs);

@@ -24,6 +24,13 @@ public struct PromptSettings: Sendable, Equatable {
     /// (LATouchIDAuthenticationMaximumAllowableReuseDuration) is 300 s.
     public var contextMaxAge = 300
     public static let contextMaxAgeRange = 1...300
+    /// Whether polkit asks first (`polkit`): the caller's session's authentication agent asks
+    /// for the person's login password (auth_self); pinentry, if configured, asks when polkit
+    /// cannot (docs/security.md, "Asking through polkit").
+    public var polkit = false
+    /// How long polkit's dialog waits for the person (`polkit_timeout_seconds`).
+    public var polkitTimeout = 60
+    public static let polkitTimeoutRange = 5...600
 
     public init() {}
 
@@ -36,6 +43,20 @@ public struct PromptSettings: Sendable, Equatable {
                 throw DaemonConfig.ParseError(line: n, message: "context_max_age_seconds in [prompt] must be a whole number of seconds from 1 to 300")
             }
             contextMaxAge = seconds
+            return
+        }
+        if key == "polkit" {
+            guard case .bool(let on) = value.kind else {
+                throw DaemonConfig.ParseError(line: n, message: "polkit in [prompt] must be true or false")
+            }
+            polkit = on
+            return
+        }
+        if key == "polkit_timeout_seconds" {
+            guard case .integer(let wide) = value.kind, let seconds = Int(exactly: wide), Self.polkitTimeoutRange.contains(seconds) else {
+                throw DaemonConfig.ParseError(line: n, message: "polkit_timeout_seconds in [prompt] must be a whole number of seconds from 5 to 600")
+            }
+            polkitTimeout = seconds
             return
         }
         guard case .string(let text) = value.kind, !text.isEmpty, !text.utf8.contains(where: { $0 < 0x20 }) else {
@@ -55,7 +76,7 @@ public struct PromptSettings: Sendable, Equatable {
             tty = text
         case "term": term = text
         default:
-            throw DaemonConfig.ParseError(line: n, message: "unknown key \(key) in [prompt] (pinentry, display, wayland_display, xauthority, tty, term, context_max_age_seconds)")
+            throw DaemonConfig.ParseError(line: n, message: "unknown key \(key) in [prompt] (pinentry, display, wayland_display, xauthority, tty, term, context_max_age_seconds, polkit, polkit_timeout_seconds)")
         }
     }
 }

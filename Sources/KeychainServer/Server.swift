@@ -140,7 +140,7 @@ public final class KeychainServer: LifecycleService, Sendable {
         let lockedAtStart = store.hasPasscode  // read before the store is handed to the executor's lock
         executor = try StoreExecutor(store: store, policy: configuration.policy, lockPolicy: configuration.lockPolicy,
                                      audit: audit, syncDatabase: configuration.syncDatabase,
-                                     prompt: PresencePrompt(configuration.prompt),
+                                     prompt: PresencePrompt(configuration.prompt), polkit: PolkitPrompt(configuration.prompt),
                                      contextMaxAge: Double(configuration.prompt.contextMaxAge),
                                      sweepInterval: configuration.expirySweepSeconds, log: { log.notice("\($0)") })
         if let credentialListener {
@@ -288,7 +288,8 @@ public final class KeychainServer: LifecycleService, Sendable {
             // A connection made before a reload that starts telling apps apart by executable
             // holds no process: its next request is refused, and its client reconnects.
             guard let (caller, process) = Caller.of(socket, holdingProcess: executor.identifiesByExecutable,
-                                                         readingUnit: executor.policy.identifiesByUnit) else {
+                                                         readingUnit: executor.policy.identifiesByUnit,
+                                                         readingStartTime: executor.asksThroughPolkit) else {
                 logger.warning("closing a connection whose peer credentials cannot be read")
                 socket.close()
                 guard rejoinAcceptors() else { return }

@@ -71,6 +71,10 @@ final class StoreExecutor: Sendable {
     private let presencePrompt: PresencePrompt?
     /// Held while a prompt is shown: one person answers them, one at a time.
     private let promptGate = Mutex<Void>(())
+    /// polkit's prompt (`[prompt] polkit`), tried before pinentry; nil: off.
+    private let polkitPrompt: PolkitPrompt?
+    /// Why polkit could not ask, for the log (never a secret: polkit's answers hold none).
+    private let note: @Sendable (String) -> Void
     /// The authentication contexts of every connection (ops 49-52).
     let contexts: AuthenticationContexts
     /// unlockPrompt's shared outcomes and its bound on unanswered prompts.
@@ -119,15 +123,20 @@ final class StoreExecutor: Sendable {
     /// check would cost every call a system call for no promise.
     var identifiesByExecutable: Bool { executablesMatter.load(ordering: .relaxed) }
 
+    /// Whether polkit may be asked about callers: then each connection's start time is read.
+    var asksThroughPolkit: Bool { polkitPrompt != nil }
+
     init(store itemStore: sending ItemStore, policy: AccessPolicy, lockPolicy: LockPolicy, audit: AuditLog?,
          syncDatabase: String? = nil, syncTiming: SyncLoop.Timing = SyncLoop.Timing(), prompt: PresencePrompt? = nil,
-         contextMaxAge: Double = Double(PromptSettings().contextMaxAge),
+         polkit: PolkitPrompt? = nil, contextMaxAge: Double = Double(PromptSettings().contextMaxAge),
          sweepInterval: Double = RequestHandler.defaultSweepInterval,
          useKey: @escaping @Sendable (PreparedKeyCall) -> Response = RequestHandler.answer,
          log: @escaping @Sendable (String) -> Void) throws(KeychainError) {
         self.useKey = useKey
         sync = SyncCalls(database: syncDatabase, timing: syncTiming, log: log)
         presencePrompt = prompt
+        polkitPrompt = polkit
+        note = log
         contexts = AuthenticationContexts(maxAge: contextMaxAge)
         let reader = itemStore.splitReader
         let handler = try RequestHandler(store: itemStore, lockPolicy: lockPolicy, sweepInterval: sweepInterval, log: log)
@@ -447,7 +456,8 @@ final class StoreExecutor: Sendable {
     private func permitted(_ call: PreparedKeyCall, for caller: Caller, context: UsedContext?) throws(KeychainError) -> PreparedKeyCall {
         guard let question = call.question else { return call }
         try personAllows(CallerPresence(executor: self, caller: caller, context: context),
-                         label: question.label, reason: question.reason, mayAsk: question.mayAsk)
+                         label: question.label, reason: question.reason, mayAsk: question.mayAsk,
+                         keychainPasscode: question.keychainPasscode)
         return call.allowedByPerson()
     }
 
@@ -507,12 +517,13 @@ final class StoreExecutor: Sendable {
     /// call carries gives it without a prompt; otherwise u_AuthUI Fail is
     /// errSecInteractionNotAllowed, and keychaind's prompt asks (authenticating the context,
     /// as an LAContext is evaluated on first use).
-    private func personAllows(_ presence: CallerPresence, label: String?, reason: String?, mayAsk: Bool) throws(KeychainError) {
+    private func personAllows(_ presence: CallerPresence, label: String?, reason: String?, mayAsk: Bool,
+                              keychainPasscode: Bool) throws(KeychainError) {
         if try presence.confirmedBefore() { return }
         guard mayAsk else {
             throw KeychainError(.interactionNotAllowed, "the item asks the person first, and the call said not to ask (u_AuthUI Fail)")
         }
-        try presence.confirm(label: label, reason: reason)
+        try presence.confirm(label: label, reason: reason, keychainPasscode: keychainPasscode)
     }
 
     /// An update that would change items that ask first asks the person once, before its
@@ -531,7 +542,8 @@ final class StoreExecutor: Sendable {
         }
         guard let question = found else { return [] }
         try personAllows(CallerPresence(executor: self, caller: caller, context: context),
-                         label: question.label, reason: question.reason, mayAsk: question.mayAsk)
+                         label: question.label, reason: question.reason, mayAsk: question.mayAsk,
+                         keychainPasscode: question.keychainPasscode)
         return question.items
     }
 
@@ -561,8 +573,12 @@ final class StoreExecutor: Sendable {
         }
 
         func confirm(label: String?, reason: String?) throws(KeychainError) {
+            try confirm(label: label, reason: reason, keychainPasscode: false)
+        }
+
+        func confirm(label: String?, reason: String?, keychainPasscode: Bool) throws(KeychainError) {
             let epoch = try executor.authenticationEpoch()
-            try executor.confirmPresence(for: caller, label: label, reason: reason)
+            try executor.confirmPresence(for: caller, label: label, reason: reason, keychainPasscode: keychainPasscode)
             if let context {
                 executor.contexts.authenticated(context.reference, for: context.owner,
                                                 .init(at: DaemonClock.system.monotonic(), epoch: epoch))
@@ -682,13 +698,33 @@ final class StoreExecutor: Sendable {
 
     /// Asks the person at the machine to type the keychain passcode for `caller`. Never with
     /// the store's lock held: only each typed passcode's check takes it, as `unlock` does.
+    /// polkit asks first when `[prompt]` turns it on, outside the prompt gate (its dialog
+    /// appears in the caller's own session, so one user's unanswered dialog must not hold up
+    /// another's); where it cannot ask, pinentry does.
+    /// `keychainPasscode`: the keychain passcode alone answers (devicePasscode), so polkit is
+    /// not asked.
     func confirmPresence(for caller: Caller, label: String?, reason: String?, forContext: Bool = false,
-                         purpose: String? = nil) throws(KeychainError) {
-        guard let prompt = presencePrompt else {
-            throw KeychainError(.interactionNotAllowed, "the item asks the person first, and keychaind has nowhere to ask: set a display or a terminal in [prompt] of keychaind.toml")
-        }
+                         purpose: String? = nil, keychainPasscode: Bool = false) throws(KeychainError) {
         let request = PromptRequest(executable: caller.executable, pid: caller.pid, label: label, reason: reason,
                                     forContext: forContext, purpose: purpose)
+        var polkitWhy: String?
+        if let polkit = polkitPrompt, !keychainPasscode {
+            let outcome = caller.startTime.map { polkit.ask(request, subject: PolkitSubject(pid: caller.pid, startTime: $0, uid: caller.uid)) }
+                ?? .unavailable("the calling process's start time could not be read when it connected")
+            switch outcome {
+            case .allowed: return
+            case .refused(let error): throw error
+            case .unavailable(let why):
+                note("polkit cannot ask for \(caller): \(why)\(presencePrompt == nil ? "" : "; asking through pinentry")")
+                polkitWhy = why
+            }
+        }
+        guard let prompt = presencePrompt else {
+            if let polkitWhy {
+                throw KeychainError(.interactionNotAllowed, "the item asks the person first, and nobody can be asked: \(polkitWhy), and [prompt] of keychaind.toml names no display or terminal for pinentry")
+            }
+            throw KeychainError(.interactionNotAllowed, "the item asks the person first, and keychaind has nowhere to ask: set a display or a terminal in [prompt] of keychaind.toml")
+        }
         try promptGate.withLock { (_) throws(KeychainError) in
             try prompt.ask(request) { (passcode) throws(KeychainError) in try self.checkPasscode(passcode) }
         }

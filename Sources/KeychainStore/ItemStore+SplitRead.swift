@@ -19,6 +19,9 @@ public protocol PresenceCheck {
     /// Returns once the person allowed it; errSecUserCanceled, errSecAuthFailed or
     /// errSecInteractionNotAllowed otherwise.
     func confirm(label: String?, reason: String?) throws(KeychainError)
+    /// `confirm`, for items of which one takes the keychain passcode alone (devicePasscode):
+    /// no other way of asking counts for them.
+    func confirm(label: String?, reason: String?, keychainPasscode: Bool) throws(KeychainError)
     /// Whether the person already said yes for this call without being asked now (an
     /// authenticated context it carries): then nothing asks, and Fail and Skip do not apply.
     func confirmedBefore() throws(KeychainError) -> Bool
@@ -31,6 +34,9 @@ public protocol PresenceCheck {
 }
 
 extension PresenceCheck {
+    public func confirm(label: String?, reason: String?, keychainPasscode: Bool) throws(KeychainError) {
+        try confirm(label: label, reason: reason)
+    }
     public func confirmedBefore() throws(KeychainError) -> Bool { false }
     public func hasApplicationPassword() throws(KeychainError) -> Bool { false }
     public func openSealedSecret(_ sealed: SecretBytes, item persistentID: [UInt8]) throws(KeychainError) -> SecretBytes {
@@ -48,7 +54,8 @@ struct ReadConsent {
     /// `label`): asks the person unless they said yes already (in this call or through its
     /// context); false under u_AuthUI Skip (leave them out); errSecInteractionNotAllowed
     /// under Fail or with nobody to ask.
-    mutating func permits(label: String?, query: ItemQuery) throws(KeychainError) -> Bool {
+    /// `keychainPasscode`: one of them takes the keychain passcode alone (devicePasscode).
+    mutating func permits(label: String?, query: ItemQuery, keychainPasscode: Bool = false) throws(KeychainError) -> Bool {
         if !confirmed, let presence, try presence.confirmedBefore() { confirmed = true }
         switch query.authenticationUI {
         case _ where confirmed:
@@ -61,7 +68,7 @@ struct ReadConsent {
             guard let presence else {
                 throw KeychainError(.interactionNotAllowed, "the item asks the person first, and nobody can be asked here")
             }
-            try presence.confirm(label: label, reason: query.operationPrompt)
+            try presence.confirm(label: label, reason: query.operationPrompt, keychainPasscode: keychainPasscode)
             confirmed = true
             return true
         }
@@ -129,7 +136,8 @@ public struct SplitReader: Sendable {
                 try Identities(store: store).find(query, groups: groups, limit: query.limit.maxRows)
             }
             if query.returnData, let first = found.first(where: \.key.secretAsksPerson),
-               try !consent.permits(label: first.key.attributes["labl"]?.stringValue ?? first.certificate.attributes["labl"]?.stringValue, query: query) {
+               try !consent.permits(label: first.key.attributes["labl"]?.stringValue ?? first.certificate.attributes["labl"]?.stringValue, query: query,
+                                    keychainPasscode: found.contains { $0.key.secretAsksPerson && AccessControl.needsKeychainPasscode($0.key.accessFlags) }) {
                 found.removeAll(where: \.key.secretAsksPerson)
                 guard !found.isEmpty else { throw KeychainError(.itemNotFound, "the matching identities' keys ask the person first (left out under u_AuthUI Skip)") }
             }
@@ -230,7 +238,8 @@ public struct SplitReader: Sendable {
             items.removeAll(where: \.secretSealedUnderPassword)
         }
         if query.returnData, let first = items.first(where: \.secretAsksPerson),
-           try !consent.permits(label: first.attributes["labl"]?.stringValue, query: query) {
+           try !consent.permits(label: first.attributes["labl"]?.stringValue, query: query,
+                                keychainPasscode: items.contains { $0.secretAsksPerson && AccessControl.needsKeychainPasscode($0.accessFlags) }) {
             items.removeAll(where: \.secretAsksPerson)
         }
         // After the person said yes, if the item also asks: a wrong password then costs no prompt

@@ -73,7 +73,8 @@ public struct KeyStore {
         }
         let question = item.asksPerson
             ? KeyUseQuestion(label: item.attributes["labl"]?.stringValue, reason: parsed.operationPrompt,
-                             mayAsk: parsed.authenticationUI == .allow)
+                             mayAsk: parsed.authenticationUI == .allow,
+                             keychainPasscode: AccessControl.needsKeychainPasscode(item.accessFlags))
             : nil
         guard item.sealedUnderPassword else { return (OpenedKey(key: try PrivateKey(stored: item.data, type: type)), question) }
         guard case .data(let publicKey)? = item.attributes[KeyItem.sealedPublicKey] else {
@@ -374,6 +375,8 @@ public struct KeyUseQuestion: Sendable, Equatable {
     public let reason: String?
     /// False under u_AuthUI Fail: errSecInteractionNotAllowed instead of asking.
     public let mayAsk: Bool
+    /// Only the keychain passcode answers (devicePasscode): polkit does not count.
+    public var keychainPasscode = false
 }
 
 /// The parameters dictionary of a key call (docs/protocol.md): named values, checked here.

@@ -220,7 +220,8 @@ public struct SecItems {
         }
         guard let first = asking.first else { return nil }
         return UpdateQuestion(items: Set(asking.map(\.row.persistentID)), label: first.attributes["labl"]?.stringValue,
-                              reason: query.operationPrompt, mayAsk: query.authenticationUI != .fail)
+                              reason: query.operationPrompt, mayAsk: query.authenticationUI != .fail,
+                              keychainPasscode: asking.contains { AccessControl.needsKeychainPasscode($0.accessFlags) })
     }
 
     /// The new group must be the caller's; the new class key must be loaded.

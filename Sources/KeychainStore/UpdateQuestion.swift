@@ -11,4 +11,6 @@ public struct UpdateQuestion: Sendable, Equatable {
     public let reason: String?
     /// False under u_AuthUI Fail: errSecInteractionNotAllowed instead of asking.
     public let mayAsk: Bool
+    /// One of them takes the keychain passcode alone (devicePasscode): polkit does not count.
+    public var keychainPasscode = false
 }
