@@ -167,7 +167,7 @@ let package = Package(
         .testTarget(name: "KeychainSyncTests", dependencies: ["KeychainSync", "KeychainModel", "KeychainCrypto", "KeychainStore", "KeychainStorage", "StoreTestSupport"]),
         .testTarget(name: "SecretServiceTests", dependencies: ["SecretService", "KeychainModel"]),
         .testTarget(name: "KeychainServerTests", dependencies: [
-            "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel",
+            "KeychainServer", "KeychainProtocol", "KeychainStore", "KeychainCrypto", "KeychainModel", "DBus",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // Crypto: the in-memory key source signs and verifies the way keychaind does.
