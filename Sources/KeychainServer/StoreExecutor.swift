@@ -721,7 +721,7 @@ final class StoreExecutor: Sendable {
         }
         guard let prompt = presencePrompt else {
             if let polkitWhy {
-                throw KeychainError(.interactionNotAllowed, "the item asks the person first, and nobody can be asked: \(polkitWhy), and [prompt] of keychaind.toml names no display or terminal for pinentry")
+                throw KeychainError(.interactionNotAllowed, "polkit cannot ask (\(polkitWhy)), and [prompt] of keychaind.toml names no display or terminal for pinentry")
             }
             throw KeychainError(.interactionNotAllowed, "the item asks the person first, and keychaind has nowhere to ask: set a display or a terminal in [prompt] of keychaind.toml")
         }
