@@ -15,17 +15,41 @@ struct BusCaller: Sendable, Hashable {
     let executable: ExecutableStamp
 }
 
-/// What a process is now, read through one /proc/PID directory: its start time and executable.
-struct ProcessNow: Equatable {
-    let startTime: UInt64
-    let executable: ExecutableStamp
+/// A connection's process, held as its /proc/PID directory from the bridge's first look until
+/// the connection leaves the bus. The descriptor stays bound to that one process (the kernel's
+/// pid of it, not the number): once the process is reaped, lookups through it fail, even after
+/// the number is reused, and a zombie has no `exe`. So a call's check is one `fstatat` of
+/// `exe`, with no start time to read again and no path to open.
+final class ProcessDirectory {
+    let descriptor: Int32
+
+    /// Nil when /proc/PID cannot be opened (the process is gone, or no descriptor is left).
+    init?(pid: Int32) {
+        let opened = open("/proc/\(pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard opened >= 0 else { return nil }
+        descriptor = opened
+    }
+
+    deinit { close(descriptor) }
+
+    /// Field 22 of `stat`: nil once the process has exited or is a zombie.
+    var startTime: UInt64? { BusCallerReader.startTime(in: descriptor) }
+
+    /// The executable the process runs now: nil once it has exited or is a zombie (its `exe`
+    /// goes with its memory), or while it hides it (non-dumpable).
+    var executable: ExecutableStamp? {
+        var info = stat()
+        guard fstatat(descriptor, "exe", &info, 0) == 0 else { return nil }
+        return ExecutableStamp(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
 }
 
 /// Finds out who a connection is (design §2.2, bridge side): the bus's record of uid and pid,
 /// same uid as the bridge or AccessDenied, then the start time read through a /proc/PID
 /// directory opened first, so that the read cannot land on a later process that reused the pid.
 enum BusCallerReader {
-    static func identify(_ credentials: BusCredentials, uniqueName: String) throws(BusErrorReply) -> BusCaller {
+    /// The caller, and its /proc/PID directory (still open) for the checks of later calls.
+    static func identify(_ credentials: BusCredentials, uniqueName: String) throws(BusErrorReply) -> (BusCaller, ProcessDirectory) {
         defer { if let fd = credentials.processFD { close(fd) } }
         guard let uid = credentials.uid, let pid = credentials.pid, pid > 0, pid <= UInt32(Int32.max) else {
             throw .accessDenied("the bus did not say which process \(uniqueName) is")
@@ -33,25 +57,16 @@ enum BusCallerReader {
         guard uid == getuid() else {
             throw .accessDenied("this Secret Service serves uid \(getuid()) only; \(uniqueName) is uid \(uid)")
         }
-        guard let now = processNow(pid: Int32(pid)) else { throw exited(uniqueName, pid) }
+        // Start time and executable both read through this one directory, so that both are of
+        // one process even if the pid is reused meanwhile.
+        guard let directory = ProcessDirectory(pid: Int32(pid)), let startTime = directory.startTime,
+              let executable = directory.executable else { throw exited(uniqueName, pid) }
         // With a pidfd from the bus, the process it names must be the one just read: its
         // fdinfo shows the pid, or -1 once it has exited.
         if let fd = credentials.processFD, pidOfPidfd(fd) != Int32(pid) {
             throw exited(uniqueName, pid)
         }
-        return BusCaller(pid: Int32(pid), startTime: now.startTime, executable: now.executable)
-    }
-
-    /// The start time and executable of `pid`, both read through one /proc/PID directory
-    /// opened first, so that both are of one process even if the pid is reused meanwhile. Nil
-    /// once it has exited (or is a zombie).
-    static func processNow(pid: Int32) -> ProcessNow? {
-        let directory = open("/proc/\(pid)", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directory >= 0 else { return nil }
-        defer { close(directory) }
-        var info = stat()
-        guard let startTime = startTime(in: directory), fstatat(directory, "exe", &info, 0) == 0 else { return nil }
-        return ProcessNow(startTime: startTime, executable: ExecutableStamp(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+        return (BusCaller(pid: Int32(pid), startTime: startTime, executable: executable), directory)
     }
 
     /// Checks, on every call, that the connection's process is still the one first seen and
@@ -59,15 +74,14 @@ enum BusCallerReader {
     /// the connection (or handed it to a child before doing so) speaks no more for anyone.
     /// Returns the executable it runs (the one first seen).
     @discardableResult
-    static func recheck(_ caller: BusCaller, uniqueName: String) throws(BusErrorReply) -> ExecutableStamp {
-        guard let now = processNow(pid: caller.pid), now.startTime == caller.startTime else {
-            throw exited(uniqueName, UInt32(caller.pid))
-        }
-        guard now.executable == caller.executable else {
+    static func recheck(_ known: KnownCaller, uniqueName: String) throws(BusErrorReply) -> ExecutableStamp {
+        let caller = known.process
+        guard let executable = known.executableNow else { throw exited(uniqueName, UInt32(caller.pid)) }
+        guard executable == caller.executable else {
             BridgeLog.error("refused \(uniqueName) (pid \(caller.pid)): it runs another executable than when the bridge first saw it")
             throw .accessDenied("the process that opened \(uniqueName) (pid \(caller.pid)) runs another program than when it connected; connect again")
         }
-        return now.executable
+        return executable
     }
 
     /// Field 22 of `stat` in the /proc directory `directory`: parsed after the last ')', since
@@ -105,14 +119,6 @@ enum BusCallerReader {
             return Int32(line.dropFirst(4).trimmingCharacters(in: .whitespaces))
         }
         return nil
-    }
-
-    /// The executable `pid` runs now (one stat), or nil once it has exited, is a zombie, or
-    /// cannot be read.
-    static func executableStamp(pid: Int32) -> ExecutableStamp? {
-        var info = stat()
-        guard stat("/proc/\(pid)/exe", &info) == 0 else { return nil }
-        return ExecutableStamp(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
     }
 
     private static func exited(_ uniqueName: String, _ pid: UInt32) -> BusErrorReply {

@@ -31,6 +31,12 @@ public final class SecretServiceBridge {
     var sessionLabels = SessionLabels()
     /// Who each connection is, found out at its first call and dropped when it leaves the bus.
     var callers: [String: KnownCaller] = [:]
+    /// How many of `callers` hold their process's /proc directory open.
+    private var heldDirectories = 0
+    /// Past this many, a new connection's directory is closed after the first look and each
+    /// call opens it again: a flood of connections cannot take every descriptor of the bridge
+    /// (1,024 by default), which its keychaind connections and prompts need too.
+    static let maxHeldDirectories = 512
     /// The connection whose call is being handled, once checked, and the executable its process
     /// ran at that check: one call looks in /proc once, not at each of its keychaind calls.
     private var checkedThisCall: (sender: String, executable: ExecutableStamp)?
@@ -170,7 +176,7 @@ public final class SecretServiceBridge {
     /// A connection left the bus: its sessions (and their keys) and what we knew of it go.
     func connectionLeft(_ uniqueName: String) {
         let closed = sessions.removeAll(of: uniqueName)
-        callers[uniqueName] = nil
+        if callers.removeValue(forKey: uniqueName)?.directory != nil { heldDirectories -= 1 }
         readCache.remove(connection: uniqueName)
         presenceGrants.remove(connection: uniqueName)
         prompts = prompts.filter { $0.value.owner != uniqueName }
@@ -264,7 +270,7 @@ public final class SecretServiceBridge {
     func caller(_ sender: String) throws(BusErrorReply) -> KnownCaller {
         if let known = callers[sender] {
             if checkedThisCall?.sender != sender {
-                checkedThisCall = (sender, try BusCallerReader.recheck(known.process, uniqueName: sender))
+                checkedThisCall = (sender, try BusCallerReader.recheck(known, uniqueName: sender))
             }
             return known
         }
@@ -274,8 +280,10 @@ public final class SecretServiceBridge {
         } catch {
             throw .accessDenied("the bus has no credentials for \(sender)")
         }
-        let caller = try BusCallerReader.identify(credentials, uniqueName: sender)
-        let known = KnownCaller(process: caller)
+        let (caller, directory) = try BusCallerReader.identify(credentials, uniqueName: sender)
+        let held = heldDirectories < Self.maxHeldDirectories
+        if held { heldDirectories += 1 }
+        let known = KnownCaller(process: caller, directory: held ? directory : nil)
         callers[sender] = known
         checkedThisCall = (sender, caller.executable)
         return known
@@ -287,7 +295,7 @@ public final class SecretServiceBridge {
         // the old program's stamp, which the new program's next lookup drops, rather than the
         // old program's answer under the new one's stamp.
         let executable = checkedThisCall?.sender == sender ? checkedThisCall?.executable
-            : callers[sender].flatMap { BusCallerReader.executableStamp(pid: $0.identity.pid) }
+            : callers[sender]?.executableNow
         if let value = readCache.value(key, of: sender, executable: executable) { return value }
         let value = try read()
         readCache.store(value, key, of: sender, executable: executable)
@@ -381,6 +389,18 @@ public final class SecretServiceBridge {
 /// What the bridge knows of a connection: the process that opened it, as first seen.
 struct KnownCaller {
     let process: BusCaller
+    /// Its /proc/PID directory, held until the connection leaves the bus (nil past
+    /// `SecretServiceBridge.maxHeldDirectories`).
+    let directory: ProcessDirectory?
+
+    /// The executable its process runs now; nil once it has exited (or while it hides it).
+    /// One `fstatat` through the held directory; without one, /proc/PID is opened again and
+    /// must show the start time first seen (the pid may name a later process by now).
+    var executableNow: ExecutableStamp? {
+        if let directory { return directory.executable }
+        guard let reopened = ProcessDirectory(pid: process.pid), reopened.startTime == process.startTime else { return nil }
+        return reopened.executable
+    }
 
     var identity: CallerIdentity { CallerIdentity(pid: process.pid, startTime: process.startTime) }
     /// Whose share of sessions and of the session collection its use counts against.

@@ -154,4 +154,16 @@ struct SecretServiceCallerTests {
         #expect(answer["open"] == "org.freedesktop.DBus.Error.AccessDenied")
         #expect(answer["message"]?.contains("has exited") == true, "\(answer)")
     }
+
+    /// A connection the bridge knows (it holds its process's /proc directory), whose opener
+    /// then exits and stays unreaped while a child keeps the connection: the zombie shows no
+    /// executable through that directory, and counts as exited.
+    @Test func aKnownConnectionWhoseOpenerIsAnUnreapedZombieIsRefused() throws {
+        let setup = try SecretServiceSetup()
+        let result = try setup.python("sessions.py", ["zombie"])
+        let answer = try #require(try? JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: String], "\(result.text) \(result.stderr)")
+        #expect(answer["before"] == "ok", "\(answer)")
+        #expect(answer["open"] == "org.freedesktop.DBus.Error.AccessDenied", "\(answer)")
+        #expect(answer["message"]?.contains("has exited") == true, "\(answer)")
+    }
 }
