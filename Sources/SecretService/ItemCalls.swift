@@ -314,7 +314,12 @@ extension SecretServiceBridge {
 
     /// a{ss} as the canonical set; over a limit of design 1.2: InvalidArgs.
     func readAttributes(_ call: BusMessage) throws -> SecretServiceAttributes {
-        guard let dictionary = try call.readValue().stringDictionaryValue else {
+        // Read straight into the dictionary, with no BusValue tree in between: every
+        // SearchItems starts here.
+        let dictionary: [String: String]
+        do {
+            dictionary = try call.readStringDictionary()
+        } catch {
             throw BusErrorReply.invalidArgs("the attributes are not an a{ss}")
         }
         return try SecretServiceAttributes(dictionary)
@@ -365,5 +370,22 @@ extension SecretServiceBridge {
     private func unixTime(_ value: AttributeValue?) -> UInt64 {
         guard case .date(let absolute)? = value else { return 0 }
         return UInt64(max(0, absolute + absoluteTimeIntervalSince1970))
+    }
+}
+
+extension BusMessage {
+    /// The next value as an `a{ss}`, read straight into a dictionary (a repeated key keeps its
+    /// last value, as `BusValue.stringDictionaryValue`); throws if it is anything else.
+    func readStringDictionary() throws(KeychainError) -> [String: String] {
+        try enterContainer(.array, signature: "{ss}")
+        var dictionary: [String: String] = [:]
+        while !atEnd {
+            try enterContainer(.dictionaryEntry, signature: "ss")
+            let key = try readString()
+            dictionary[key] = try readString()
+            try exitContainer()
+        }
+        try exitContainer()
+        return dictionary
     }
 }

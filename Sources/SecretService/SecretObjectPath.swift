@@ -15,26 +15,39 @@ enum SecretObjectPath: Equatable {
     /// aliases resolve (default and login to login, session to session).
     init?(_ path: String, alias: (String) throws -> CollectionName? = { CollectionName(fixedAlias: $0) }) rethrows {
         if path == Self.root { self = .service; return }
-        if path.hasPrefix(SessionTable.pathPrefix) { self = .session(path); return }
-        if path.hasPrefix(Self.promptPrefix) { self = .prompt(path); return }
-        let parts: [Substring]
-        let collection: CollectionName
-        if path.hasPrefix(Self.collectionPrefix) {
-            parts = path.dropFirst(Self.collectionPrefix.count).split(separator: "/", omittingEmptySubsequences: false)
-            guard let name = CollectionName(name: String(parts[0])) else { return nil }
-            collection = name
-        } else if path.hasPrefix(Self.aliasPrefix) {
-            parts = path.dropFirst(Self.aliasPrefix.count).split(separator: "/", omittingEmptySubsequences: false)
-            guard !parts[0].isEmpty, let target = try alias(String(parts[0])) else { return nil }
-            collection = target
+        // Compared and cut as UTF-8 bytes: every call and every path GetSecrets names comes
+        // through here, and Character-wise prefixes and splits cost more than the rest of a
+        // call's parsing. A D-Bus object path is ASCII ([A-Za-z0-9_/]), so bytes are exact.
+        let bytes = path.utf8
+        if bytes.starts(with: SessionTable.pathPrefix.utf8) { self = .session(path); return }
+        if bytes.starts(with: Self.promptPrefix.utf8) { self = .prompt(path); return }
+        let isAlias: Bool
+        if bytes.starts(with: Self.collectionPrefix.utf8) {
+            isAlias = false
+        } else if bytes.starts(with: Self.aliasPrefix.utf8) {
+            isAlias = true
         } else {
             return nil
         }
-        switch parts.count {
-        case 1: self = .collection(collection)
-        case 2 where !parts[1].isEmpty: self = .item(collection, id: String(parts[1]))
-        default: return nil
+        let start = bytes.index(bytes.startIndex, offsetBy: isAlias ? Self.aliasPrefix.utf8.count : Self.collectionPrefix.utf8.count)
+        let slash = bytes[start...].firstIndex(of: UInt8(ascii: "/"))
+        let first = String(path[start..<(slash ?? path.endIndex)])
+        let collection: CollectionName
+        if isAlias {
+            guard !first.isEmpty, let target = try alias(first) else { return nil }
+            collection = target
+        } else {
+            guard let name = CollectionName(name: first) else { return nil }
+            collection = name
         }
+        guard let slash else {
+            self = .collection(collection)
+            return
+        }
+        let id = path[bytes.index(after: slash)...]
+        // One more element, not empty and without a further "/".
+        guard !id.isEmpty, !id.utf8.contains(UInt8(ascii: "/")) else { return nil }
+        self = .item(collection, id: String(id))
     }
 }
 
