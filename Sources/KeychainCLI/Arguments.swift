@@ -20,7 +20,6 @@ struct CommandSpec: Sendable {
     /// The one positional argument the command takes, if any (its name for usage text).
     var positional: String? = nil
 
-    func accepts(option: String) -> Bool { options.contains { $0.name == option } }
     func accepts(flag: String) -> Bool { flags.contains { $0.name == flag } }
 
     var usage: String {
@@ -32,15 +31,25 @@ struct CommandSpec: Sendable {
     }
 }
 
-/// Parsed options of one invocation: `--name value`, `--name=value` and flags.
+/// Parsed options of one invocation: `--name value`, `--name=value` and flags, each kept in the
+/// slot of its place in the command's spec. No dictionary or set: the first `[String: String]`
+/// of the process cost 14% of a `keychain get` in generic metadata and its first conformance
+/// check (docs/performance.md, "Issue 24's floors"); a command accepts at most 64 of each.
 struct Arguments {
     let spec: CommandSpec
-    private(set) var values: [String: String] = [:]
-    private(set) var flags: Set<String> = []
+    /// `values[i]` is the value of `spec.options[i]` when bit i of `given` is set.
+    private var values: [String]
+    private var given: UInt64 = 0
+    /// Bit i: `spec.flags[i]` was given.
+    private var flagsGiven: UInt64 = 0
+    /// The positional argument's words, space-separated (`spec.positional` names it).
+    private var positional: String?
     private(set) var wantsHelp = false
 
     init(_ tokens: ArraySlice<String>, spec: CommandSpec) throws(UsageError) {
+        precondition(spec.options.count <= 64 && spec.flags.count <= 64, "a command accepts at most 64 options and 64 flags")
         self.spec = spec
+        values = Array(repeating: "", count: spec.options.count)
         var i = tokens.startIndex
         while i < tokens.endIndex {
             let token = tokens[i]
@@ -55,11 +64,11 @@ struct Arguments {
                 }
                 // A positional of two words ("UNIT ID") takes two arguments, kept space-separated.
                 let words = name.split(separator: " ").count
-                let taken = values[name].map { $0.split(separator: " ", omittingEmptySubsequences: false).count } ?? 0
+                let taken = positional.map { $0.split(separator: " ", omittingEmptySubsequences: false).count } ?? 0
                 guard taken < words, !(words > 1 && token.contains(" ")) else {
                     throw UsageError(message: "unexpected argument '\(token)'")
                 }
-                values[name] = values[name].map { $0 + " " + token } ?? token
+                positional = positional.map { $0 + " " + token } ?? token
                 continue
             }
             var name = String(token.dropFirst(2))
@@ -68,10 +77,10 @@ struct Arguments {
                 inline = String(name[name.index(after: eq)...])
                 name = String(name[..<eq])
             }
-            if spec.accepts(flag: name) {
+            if let flag = spec.flags.firstIndex(where: { $0.name == name }) {
                 guard inline == nil else { throw UsageError(message: "--\(name) takes no value") }
-                flags.insert(name)
-            } else if spec.accepts(option: name) {
+                flagsGiven |= 1 << UInt64(flag)
+            } else if let option = spec.options.firstIndex(where: { $0.name == name }) {
                 let value: String
                 if let inline {
                     value = inline
@@ -80,21 +89,34 @@ struct Arguments {
                     value = tokens[i]
                     i += 1
                 }
-                guard values.updateValue(value, forKey: name) == nil else {
+                guard given & (1 << UInt64(option)) == 0 else {
                     throw UsageError(message: "--\(name) is given twice")
                 }
+                given |= 1 << UInt64(option)
+                values[option] = value
             } else {
                 throw UsageError(message: "unknown option '--\(name)' for `keychain \(spec.name)`")
             }
         }
     }
 
-    subscript(_ name: String) -> String? { values[name] }
-    func has(_ flag: String) -> Bool { flags.contains(flag) }
+    /// The value of option `name`, or the positional argument when `name` is the spec's
+    /// name for it ("FILE").
+    subscript(_ name: String) -> String? {
+        if let option = spec.options.firstIndex(where: { $0.name == name }) {
+            return given & (1 << UInt64(option)) != 0 ? values[option] : nil
+        }
+        return name == spec.positional ? positional : nil
+    }
+
+    func has(_ flag: String) -> Bool {
+        guard let index = spec.flags.firstIndex(where: { $0.name == flag }) else { return false }
+        return flagsGiven & (1 << UInt64(index)) != 0
+    }
 
     /// A value that must be one of `choices`.
     func choice(_ name: String, _ choices: [String]) throws(UsageError) -> String? {
-        guard let v = values[name] else { return nil }
+        guard let v = self[name] else { return nil }
         guard choices.contains(v) else {
             throw UsageError(message: "--\(name) must be one of: \(choices.joined(separator: ", "))")
         }
@@ -102,7 +124,7 @@ struct Arguments {
     }
 
     func integer(_ name: String, in range: ClosedRange<Int>) throws(UsageError) -> Int? {
-        guard let v = values[name] else { return nil }
+        guard let v = self[name] else { return nil }
         guard let n = Int(v), range.contains(n) else {
             throw UsageError(message: "--\(name) must be a whole number in \(range.lowerBound)...\(range.upperBound)")
         }

@@ -41,8 +41,40 @@ private let attributeOptions: [(name: String, help: String)] = [
     ("expires", ExpiryTime.help),
 ]
 
-let commands: [Command] = [
-    Command(spec: CommandSpec(name: "add", summary: "Add an item; the secret comes from standard input.",
+/// Every command, in `keychain --help`'s order, built on first use by help, the completion
+/// scripts and the two-word commands of the other files.
+let commands: [Command] = Command.core + [InitCommand.command] + LoginSlotCommands.commands + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands + SyncCommands.commands + CredentialCommands.commands
+
+extension Command {
+    /// The command `name` names ("get", "key sign"). Those of this file are built alone,
+    /// without the table: building every command's spec and closure was 23% of a `keychain
+    /// get` (docs/performance.md, "Issue 24's floors"). The others come from the table.
+    static func named(_ name: String) -> Command? {
+        switch name {
+        case "add": add
+        case "get": get
+        case "update": update
+        case "delete": delete
+        case "list": list
+        case "status": status
+        case "metrics": metrics
+        case "lock": lock
+        case "unlock": unlock
+        case "backup": backup
+        case "restore": restore
+        case "ssh-agent": sshAgent
+        case "passcode set": passcodeSet
+        case "passcode change": passcodeChange
+        case "passcode remove": passcodeRemove
+        case "init": InitCommand.command
+        default: commands.first { $0.spec.name == name }
+        }
+    }
+
+    /// The commands of this file, in the table's order.
+    static var core: [Command] { [add, get, update, delete, list, status, metrics, lock, unlock, backup, restore, sshAgent, passcodeSet, passcodeChange, passcodeRemove] }
+
+    static var add: Command { Command(spec: CommandSpec(name: "add", summary: "Add an item; the secret comes from standard input.",
                               options: globalOptions + itemOptions + attributeOptions + [("require", Requirement.help)],
                               flags: jsonFlag + synchronizableFlag + allowEmptyFlag + ApplicationPasswordInput.flags)) { c in
         var dict = try c.itemQuery(adding: true).merging(try c.itemAttributes()) { $1 }
@@ -69,8 +101,9 @@ let commands: [Command] = [
             _ = try connection.add(context?.applied(to: dict) ?? dict)
         }
         c.printStatusJSON()
-    },
-    Command(spec: CommandSpec(name: "get", summary: "Write an item's secret to standard output, exactly (--json: attributes and the secret in base64).",
+    } }
+
+    static var get: Command { Command(spec: CommandSpec(name: "get", summary: "Write an item's secret to standard output, exactly (--json: attributes and the secret in base64).",
                               options: globalOptions + itemOptions + [("reason", "For an item that asks first: the reason keychaind's prompt shows (kSecUseOperationPrompt).")],
                               flags: jsonFlag + synchronizableFlag + [("no-prompt", "Never ask the person: an item that asks first fails (exit 4) instead (kSecUseAuthenticationUIFail).")]
                                 + ApplicationPasswordInput.flags)) { c in
@@ -102,8 +135,9 @@ let commands: [Command] = [
         default:
             throw KeychainError(.decode, "unexpected answer from keychaind")
         }
-    },
-    Command(spec: CommandSpec(name: "update", summary: "Change matching items: a new secret from standard input, and/or attributes.",
+    } }
+
+    static var update: Command { Command(spec: CommandSpec(name: "update", summary: "Change matching items: a new secret from standard input, and/or attributes.",
                               options: globalOptions + itemOptions + attributeOptions + [("new-account", "Rename: the new account.")],
                               flags: jsonFlag + synchronizableFlag + allowEmptyFlag + [("keep-secret", "Change only the attributes given; keep the secret (standard input is not read).")]
                                 + ApplicationPasswordInput.flags)) { c in
@@ -137,17 +171,20 @@ let commands: [Command] = [
             throw error
         }
         c.printStatusJSON()
-    },
-    Command(spec: CommandSpec(name: "delete", summary: "Delete the matching items (every item only with --all) and say how many.",
+    } }
+
+    static var delete: Command { Command(spec: CommandSpec(name: "delete", summary: "Delete the matching items (every item only with --all) and say how many.",
                               options: globalOptions + itemOptions,
                               flags: jsonFlag + synchronizableFlag + [("all", "Delete every item (of --class, --access-group, --synchronizable if given); without a class both password classes.")])) { c in
         try DeleteCommand.run(c)
-    },
-    Command(spec: CommandSpec(name: "list", summary: "List matching passwords' attributes, never secrets (without --class: generic and internet passwords).",
+    } }
+
+    static var list: Command { Command(spec: CommandSpec(name: "list", summary: "List matching passwords' attributes, never secrets (without --class: generic and internet passwords).",
                               options: globalOptions + itemOptions, flags: jsonFlag + synchronizableFlag)) { c in
         try ListCommand.run(c)
-    },
-    Command(spec: CommandSpec(name: "status", summary: "Show keychaind's version, lock state and passcode state.",
+    } }
+
+    static var status: Command { Command(spec: CommandSpec(name: "status", summary: "Show keychaind's version, lock state and passcode state.",
                               options: globalOptions, flags: jsonFlag)) { c in
         let info = try c.connection().status()
         if c.json {
@@ -159,12 +196,14 @@ let commands: [Command] = [
         for key in info.keys.sorted(by: { (order.firstIndex(of: $0) ?? order.count, $0) < (order.firstIndex(of: $1) ?? order.count, $1) }) {
             Output.line("\(key): \(JSON.value(info[key]!).trimmingQuotes)")
         }
-    },
-    Command(spec: CommandSpec(name: "metrics", summary: "Print keychaind's metrics in Prometheus's text format (admin).",
+    } }
+
+    static var metrics: Command { Command(spec: CommandSpec(name: "metrics", summary: "Print keychaind's metrics in Prometheus's text format (admin).",
                               options: globalOptions, flags: [])) { c in
         Output.text(try c.connection().metrics())
-    },
-    Command(spec: CommandSpec(name: "lock", summary: "Lock the keychain (admin); says how long when-unlocked items stay readable (the grace period).",
+    } }
+
+    static var lock: Command { Command(spec: CommandSpec(name: "lock", summary: "Lock the keychain (admin); says how long when-unlocked items stay readable (the grace period).",
                               options: globalOptions, flags: jsonFlag)) { c in
         let connection = try c.connection()
         try connection.lock()
@@ -178,8 +217,9 @@ let commands: [Command] = [
         } else {
             Output.error("locked: when-unlocked items are unreadable until `keychain unlock`")
         }
-    },
-    Command(spec: CommandSpec(name: "unlock", summary: "Unlock (admin): passcode from a no-echo prompt or one line of standard input.",
+    } }
+
+    static var unlock: Command { Command(spec: CommandSpec(name: "unlock", summary: "Unlock (admin): passcode from a no-echo prompt or one line of standard input.",
                               options: globalOptions,
                               flags: jsonFlag + [("login", "Unlock through the login slot with the login password instead (what the PAM module does)."),
                                                  ("prompt", "Let keychaind ask for the passcode on its own prompt ([prompt] in keychaind.toml); any app may ask, not only admins.")])) { c in
@@ -202,45 +242,51 @@ let commands: [Command] = [
         try c.connection().unlock(passcode: passcode)
         c.printStatusJSON()
         LoginSlotCommands.offerRebuild(c)
-    },
-    Command(spec: CommandSpec(name: "backup", summary: "Write an encrypted backup of every item that may leave this device (admin; unlocked).",
+    } }
+
+    static var backup: Command { Command(spec: CommandSpec(name: "backup", summary: "Write an encrypted backup of every item that may leave this device (admin; unlocked).",
                               options: globalOptions + [("out", "The backup file to write (0600, atomically).")],
                               flags: jsonFlag)) { c in
         try BackupCommands.backup(c)
-    },
-    Command(spec: CommandSpec(name: "restore", summary: "Restore a backup file here, in one transaction (admin; unlocked).",
+    } }
+
+    static var restore: Command { Command(spec: CommandSpec(name: "restore", summary: "Restore a backup file here, in one transaction (admin; unlocked).",
                               options: globalOptions + [("on-conflict", "skip, replace or fail (default: fail, before writing anything).")],
                               flags: jsonFlag, positional: "FILE")) { c in
         try BackupCommands.restore(c)
-    },
-    Command(spec: CommandSpec(name: "ssh-agent", summary: "Serve the SSH agent protocol with the keychain's SSH keys, which never leave keychaind.",
+    } }
+
+    static var sshAgent: Command { Command(spec: CommandSpec(name: "ssh-agent", summary: "Serve the SSH agent protocol with the keychain's SSH keys, which never leave keychaind.",
                               options: globalOptions + [("listen", "The agent's socket path; its directory is created 0700 (default: a new directory under $TMPDIR).")],
                               flags: [("foreground", "Stay in the foreground and log to standard error (as ssh-agent -D).")])) { c in
         try SSHAgentCommand.run(c)
-    },
-    Command(spec: CommandSpec(name: "passcode set", summary: "Set a passcode where there is none (admin).",
+    } }
+
+    static var passcodeSet: Command { Command(spec: CommandSpec(name: "passcode set", summary: "Set a passcode where there is none (admin).",
                               options: globalOptions, flags: jsonFlag)) { c in
         var new = try SecretInput.newPassword("New passcode")
         defer { explicit_bzero(&new, new.count) }
         try c.connection().setPasscode(new)
         c.printStatusJSON()
-    },
-    Command(spec: CommandSpec(name: "passcode change", summary: "Change the passcode (admin; reads the old, then the new).",
+    } }
+
+    static var passcodeChange: Command { Command(spec: CommandSpec(name: "passcode change", summary: "Change the passcode (admin; reads the old, then the new).",
                               options: globalOptions, flags: jsonFlag)) { c in
         var old = try SecretInput.passcode("Current passcode")
         var new = try SecretInput.newPassword("New passcode")
         defer { explicit_bzero(&old, old.count); explicit_bzero(&new, new.count) }
         try c.connection().changePasscode(old: old, new: new)
         c.printStatusJSON()
-    },
-    Command(spec: CommandSpec(name: "passcode remove", summary: "Remove the passcode (admin); deletes when-passcode-set-this-device-only items.",
+    } }
+
+    static var passcodeRemove: Command { Command(spec: CommandSpec(name: "passcode remove", summary: "Remove the passcode (admin); deletes when-passcode-set-this-device-only items.",
                               options: globalOptions, flags: jsonFlag)) { c in
         var current = try SecretInput.passcode("Current passcode")
         defer { explicit_bzero(&current, current.count) }
         try c.connection().removePasscode(current: current)
         c.printStatusJSON()
-    },
-] + [InitCommand.command] + LoginSlotCommands.commands + KeyCommands.commands + KeyEncryptionCommands.commands + CertificateCommands.commands + SyncCommands.commands + CredentialCommands.commands
+    } }
+}
 
 extension String {
     var trimmingQuotes: String {

@@ -1,6 +1,13 @@
 import KeychainClient
 import KeychainModel
 
+/// The global options given before the command (`keychain --socket PATH get ...`), which the
+/// command's own override.
+struct LeadingOptions {
+    var socket: String?
+    var trustUID: String?
+}
+
 /// One parsed invocation: its options, the connection, and the JSON switch.
 struct Context {
     let arguments: Arguments
@@ -10,10 +17,10 @@ struct Context {
     let json: Bool
 
     /// `leading`: the global options given before the command.
-    init(_ arguments: Arguments, leading: [String: String] = [:]) throws(UsageError) {
+    init(_ arguments: Arguments, leading: LeadingOptions = LeadingOptions()) throws(UsageError) {
         self.arguments = arguments
-        socket = arguments["socket"] ?? leading["socket"]
-        trustUID = arguments["trust-uid"] ?? leading["trust-uid"]
+        socket = arguments["socket"] ?? leading.socket
+        trustUID = arguments["trust-uid"] ?? leading.trustUID
         json = arguments.has("json")
     }
 

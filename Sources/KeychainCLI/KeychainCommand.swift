@@ -22,16 +22,18 @@ public enum KeychainCommand {
         var args = argv[...]
         // `keychain --socket PATH --trust-uid USER <command>`: the leading form of the global
         // options, which the command's own options override.
-        var leading: [String: String] = [:]
-        while let first = args.first, let name = globalOptions.map(\.name).first(where: { first == "--" + $0 || first.hasPrefix("--\($0)=") }) {
+        var leading = LeadingOptions()
+        while let first = args.first, let name = globalOptions.first(where: { first == "--" + $0.name || first.hasPrefix("--\($0.name)=") })?.name {
+            let value: String
             if first == "--" + name {
                 guard args.count >= 2 else { return usage("--\(name) needs a value", spec: nil) }
-                leading[name] = args[args.startIndex + 1]
+                value = args[args.startIndex + 1]
                 args = args.dropFirst(2)
             } else {
-                leading[name] = String(first.dropFirst("--\(name)=".count))
+                value = String(first.dropFirst("--\(name)=".count))
                 args = args.dropFirst()
             }
+            if name == "socket" { leading.socket = value } else { leading.trustUID = value }
         }
         guard let name = args.first else { return usage("no command given", spec: nil) }
         switch name {
@@ -54,25 +56,25 @@ public enum KeychainCommand {
             return ExitStatus.success
         default: break
         }
-        var path = [name]
         args = args.dropFirst()
-        // Asked first, without copying the table's specs, which subcommands(of:) does for
-        // every command: most commands (get, add, list...) have no subcommands.
-        let prefix = name + " "
-        let group = commands.contains { $0.spec.name.hasPrefix(prefix) } ? ShellCompletion.subcommands(of: name) : []
-        if !group.isEmpty {
+        // A one-word command is looked up alone, without building the whole table, which the
+        // groups' subcommands(of:) builds: most commands (get, add, list...) are one word.
+        let command: Command
+        if let single = Command.named(name) {
+            command = single
+        } else {
+            let group = ShellCompletion.subcommands(of: name)
+            guard !group.isEmpty else { return usage("unknown command '\(name)'", spec: nil) }
             if let sub = args.first, sub == "--help" || sub == "-h" {
                 Output.line(groupUsage(name, group))
                 return ExitStatus.success
             }
-            guard let sub = args.first, group.contains(where: { $0.name == name + " " + sub }) else {
+            guard let sub = args.first, group.contains(where: { $0.name == name + " " + sub }),
+                  let found = Command.named(name + " " + sub) else {
                 return usage("`keychain \(name)` needs one of: \(group.map { String($0.name.split(separator: " ")[1]) }.joined(separator: ", "))", spec: nil)
             }
-            path.append(sub)
+            command = found
             args = args.dropFirst()
-        }
-        guard let command = commands.first(where: { $0.spec.name == path.joined(separator: " ") }) else {
-            return usage("unknown command '\(name)'", spec: nil)
         }
         do {
             let parsed = try Arguments(args, spec: command.spec)
@@ -107,7 +109,7 @@ public enum KeychainCommand {
             Output.line(groupUsage(first, group))
             return ExitStatus.success
         }
-        guard let command = commands.first(where: { $0.spec.name == words.joined(separator: " ") }) else {
+        guard let command = Command.named(words.joined(separator: " ")) else {
             return usage("unknown command '\(words.joined(separator: " "))'", spec: nil)
         }
         Output.line(command.spec.usage)

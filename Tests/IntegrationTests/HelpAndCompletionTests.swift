@@ -51,6 +51,21 @@ struct HelpAndCompletionTests {
         return r.text.split(separator: "\n").map(String.init)
     }
 
+    /// Every help text and completion script, byte for byte as Tests/Vectors/keychain-help.txt
+    /// holds them: how the command table is built may change (docs/performance.md), what it
+    /// prints may not, unless the file is regenerated with it (scripts/cli-help-transcript says how).
+    @Test func helpAndCompletionScriptsAreThoseOfTheTranscript() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let r = try runExecutable("/bin/sh", [root.appendingPathComponent("scripts/cli-help-transcript").path, Binaries.keychain],
+                                  environment: ["PATH": "/usr/bin:/bin"], input: [])
+        #expect(r.status == 0, "\(r.stderr)")
+        let expected = try String(contentsOf: root.appendingPathComponent("Tests/Vectors/keychain-help.txt"), encoding: .utf8)
+        let printed = r.text.split(separator: "\n", omittingEmptySubsequences: false)
+        let pinned = expected.split(separator: "\n", omittingEmptySubsequences: false)
+        let first = zip(printed, pinned).firstIndex { $0 != $1 } ?? min(printed.count, pinned.count)
+        #expect(r.text == expected, "line \(first + 1) differs: printed \(first < printed.count ? String(printed[first]) : "nothing"), pinned \(first < pinned.count ? String(pinned[first]) : "nothing")")
+    }
+
     @Test func helpCommandPrintsWhatTheCommandsOwnHelpPrints() throws {
         for command in [["add"], ["restore"], ["passcode", "change"], ["passcode"]] {
             let viaHelp = try keychain(["help"] + command)
