@@ -29,11 +29,19 @@ public final class KeychainConnection: Sendable {
     public let busyPollMicroseconds: Int
     /// Which daemons this connection talks to; nil: root, the caller, and KEYCHAIN_TRUST_UID.
     public let trust: ServerTrust?
-    private let socket = Mutex<Link?>(nil)
+    private let socket = Mutex<Slot>(Slot())
     /// How many answers this connection has watched for rather than slept for: lets a test see
     /// which wait a read used (a failure of watching is otherwise invisible, as answers agree).
     private let watches = Atomic<Int>(0)
     var watchedReads: Int { watches.load(ordering: .relaxed) }
+
+    /// The connection, once open. A struct of its own rather than `Link?`: the Mutex destroys
+    /// its value through the value's type metadata, which for a generic type like Optional the
+    /// runtime built from its mangled name when the connection was released, 8% of a whole
+    /// `keychain get` (docs/performance.md); a plain struct's metadata is static.
+    private struct Slot {
+        var link: Link?
+    }
 
     /// An open connection and the reader that buffers its input.
     private struct Link {
@@ -58,7 +66,7 @@ public final class KeychainConnection: Sendable {
     }
 
     deinit {
-        socket.withLock { $0?.socket.close() }
+        socket.withLock { $0.link?.socket.close() }
     }
 
     // MARK: SecItem calls
@@ -228,8 +236,8 @@ public final class KeychainConnection: Sendable {
         guard frame.count - 4 <= Frame.maxPayloadBytes else {
             throw KeychainError(.param, "the request is \(frame.count - 4) bytes; keychaind takes at most \(Frame.maxPayloadBytes)")
         }
-        let response = try socket.withLock { (current) throws(KeychainError) -> Response in
-            try exchange(frame, current: &current, retryable: Self.isSafeToRepeat(request),
+        let response = try socket.withLock { (slot) throws(KeychainError) -> Response in
+            try exchange(frame, current: &slot.link, retryable: Self.isSafeToRepeat(request),
                          watchNs: Self.isAnsweredAtOnce(request) ? UInt64(busyPollMicroseconds) * 1000 : 0,
                          interrupt: interrupt)
         }

@@ -34,8 +34,9 @@ public struct PeerCredentials: Sendable, Equatable {
 /// /tmp, or at the per-user default when XDG_RUNTIME_DIR is unset) never receives a secret
 /// or a passcode (docs/security.md, "Who answers on the socket").
 public struct ServerTrust: Sendable, Equatable {
-    /// The uids whose daemons are trusted.
-    public let uids: Set<UInt32>
+    /// The uids whose daemons are trusted: two or three, so an array (a Set's first use cost a
+    /// `keychain get` 4% of its instructions in generic metadata and a conformance lookup).
+    public let uids: [UInt32]
     /// The uid named explicitly, if any.
     public let named: UInt32?
 
@@ -44,7 +45,7 @@ public struct ServerTrust: Sendable, Equatable {
     /// Root and the caller, plus `named`.
     public init(named: UInt32? = nil) {
         self.named = named
-        uids = Set([0, getuid()] + (named.map { [$0] } ?? []))
+        uids = [0, getuid()] + (named.map { [$0] } ?? [])
     }
 
     /// `explicit` if given, else KEYCHAIN_TRUST_UID, else nobody extra: a numeric uid or a
