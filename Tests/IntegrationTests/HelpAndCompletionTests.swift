@@ -62,7 +62,7 @@ struct HelpAndCompletionTests {
         let expected = try String(contentsOf: root.appendingPathComponent("Tests/Vectors/keychain-help.txt"), encoding: .utf8)
         let printed = r.text.split(separator: "\n", omittingEmptySubsequences: false)
         let pinned = expected.split(separator: "\n", omittingEmptySubsequences: false)
-        let first = zip(printed, pinned).firstIndex { $0 != $1 } ?? min(printed.count, pinned.count)
+        let first = zip(printed, pinned).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(printed.count, pinned.count)
         #expect(r.text == expected, "line \(first + 1) differs: printed \(first < printed.count ? String(printed[first]) : "nothing"), pinned \(first < pinned.count ? String(pinned[first]) : "nothing")")
     }
 
