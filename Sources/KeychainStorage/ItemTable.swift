@@ -185,6 +185,19 @@ public struct ItemTable {
         return row
     }
 
+    /// The row of class `cls` whose persistent id is `id`, when one of `groups` holds it: one
+    /// SELECT on the persistref column's unique index, the groups matched in SQL as every
+    /// search matches them (agrp IN, byte for byte). What a key call reads under the store's
+    /// lock: no query plan, and nothing opened.
+    public func row(persistentID id: [UInt8], of cls: ItemClass, groups: [String]) throws(KeychainError) -> ItemRow? {
+        var row: ItemRow?
+        try forEach(RowFilter(itemClass: cls, accessGroups: groups, persistentID: id)) { (found) throws(KeychainError) -> Bool in
+            row = found
+            return false
+        }
+        return row
+    }
+
     /// Deletes every row of a protection domain; returns how many.
     public func deleteAll(protection: Protection) throws(KeychainError) -> Int {
         try db.run("DELETE FROM items WHERE pdmn = ?", [.text(protection.rawValue)])

@@ -61,9 +61,27 @@ public struct KeyStore {
             throw KeychainError(.param, "u_AuthUI Skip is for copyMatching only; a key call may Allow or Fail")
         }
         let groups = try scope.groups(naming: parsed.accessGroup)
-        let plan = store.items.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
-        let (items, corrupt) = try store.items.find(plan, limit: 1, withAttributes: true)
-        guard let item = items.first else { throw SecItems.nothingFound(corrupt: corrupt) }
+        let item: StoredItem
+        if let ref = parsed.persistentRef {
+            // How every client names a key: one indexed row read by persistent id within the
+            // caller's groups, not the general search (its plan and its scan).
+            guard let row = try store.table.row(persistentID: ref.id, of: ref.itemClass, groups: groups) else {
+                throw SecItems.nothingFound(corrupt: 0)
+            }
+            let opened: StoredItem
+            do throws(KeychainError) {
+                opened = try store.open(row, withAttributes: true)
+            } catch where error.status == .decode {
+                throw SecItems.nothingFound(corrupt: 1)
+            }
+            guard !opened.isExpired(at: store.now()) else { throw SecItems.nothingFound(corrupt: 0) }
+            item = opened
+        } else {
+            let plan = store.items.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
+            let (items, corrupt) = try store.items.find(plan, limit: 1, withAttributes: true)
+            guard let first = items.first else { throw SecItems.nothingFound(corrupt: corrupt) }
+            item = first
+        }
         guard item.attributes["kcls"] == .int(KeyItem.privateKeyClass) else {
             throw KeychainError(.param, "the item is not a private key (kcls 1)")
         }
