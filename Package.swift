@@ -51,7 +51,8 @@ let package = Package(
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
-        // OpenSSL's libcrypto: imported only by the Secret Service's SessionCrypto (DH, HKDF, AES-CBC).
+        // OpenSSL's libcrypto: imported only by the Secret Service's SessionCrypto (DH, HKDF, AES-CBC)
+        // and KeychainCrypto's P256Signer (P-256 signatures without the import's check).
         .systemLibrary(
             name: "CLibcrypto",
             pkgConfig: "libcrypto",
@@ -69,7 +70,7 @@ let package = Package(
         .target(
             name: "KeychainCrypto",
             dependencies: [
-                "CSodium", "KeychainModel",
+                "CSodium", "CLibcrypto", "KeychainModel",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
             ]

@@ -27,7 +27,8 @@ public struct PrivateKey: Sendable {
     }
 
     /// A key as the keychain stored it, after `init(type:bytes:)` checked it: its row is
-    /// authenticated, so using it needs no second check (and no scalar multiplication).
+    /// authenticated, so using it needs no second check (and no scalar multiplication: a P-256
+    /// signature takes the stored point as it is, `P256Signer`).
     public init(stored bytes: SecretBytes, type: KeyType) throws(KeychainError) {
         guard bytes.count == type.privateKeyBytes else {
             throw KeychainError(.decode, "a stored \(type.rawValue) private key is \(bytes.count) bytes")
@@ -84,22 +85,12 @@ public struct PrivateKey: Sendable {
         case .ed25519:
             return Curve25519Keys.ed25519Sign(data, seed: bytes)
         case .ecdsaMessageX962SHA256:
-            let key = try Self.p256Signing(bytes)
-            do {
-                return Array(try key.signature(for: data).derRepresentation)
-            } catch {
-                throw KeychainError(.internal, "P-256 signing failed")
-            }
+            return try P256Signer.signature(ofDigest: Array(SHA256.hash(data: data)), key: bytes)
         case .ecdsaDigestX962SHA256:
             guard data.count == SHA256Digest.byteCount else {
                 throw KeychainError(.param, "\(algorithm.rawValue) signs a 32-byte SHA-256 digest, not \(data.count) bytes")
             }
-            let key = try Self.p256Signing(bytes)
-            do {
-                return Array(try key.signature(for: GivenDigest(bytes: data)).derRepresentation)
-            } catch {
-                throw KeychainError(.internal, "P-256 signing failed")
-            }
+            return try P256Signer.signature(ofDigest: data, key: bytes)
         }
     }
 

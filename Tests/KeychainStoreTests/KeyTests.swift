@@ -2,6 +2,7 @@ import CSodium
 import Crypto
 import KeychainCrypto
 import KeychainModel
+import KeychainStorage
 import Testing
 @testable import KeychainStore
 import StoreTestSupport
@@ -83,6 +84,28 @@ struct KeyTests {
         let digest = Array(SHA256.hash(data: message))
         let overDigest = try P256.Signing.ECDSASignature(derRepresentation: try Self.sign(t, attrs, digest, .ecdsaDigestX962SHA256))
         #expect(publicKey.isValidSignature(overDigest, for: message))
+    }
+
+    /// A P-256 signature takes the stored point as it is (P256Signer: no second pairwise
+    /// check). The point was checked when the key came in; a point changed in the database
+    /// file since is refused by the row's AEAD, errSecDecode, before any key is built.
+    @Test func aP256KeyWhosePointWasChangedInTheFileIsRefusedBeforeItSigns() throws {
+        let t = try TemporaryStore()
+        let attrs = try Self.generate(t, .p256)
+        #expect(try !Self.sign(t, attrs, [1], .ecdsaMessageX962SHA256).isEmpty)
+        // The data layer's plaintext starts at 1 (header) + 72 (wrapped item key) + 24 (nonce),
+        // with the key's 4-byte length first: byte 101 + 40 is in the point (a stream cipher
+        // keeps positions), flipped in the file as someone holding it would.
+        try t.editFile { db in
+            var blob = try db.query("SELECT data FROM items WHERE class = 'keys'") { (s) throws(KeychainError) in
+                try s.step() ? s.blob(0) : []
+            }
+            try #require(blob.count > 141)
+            blob[141] ^= 0x01
+            try db.run("UPDATE items SET data = ? WHERE class = 'keys'", [.blob(blob)])
+        }
+        expectStatus(.decode) { _ = try Self.sign(t, attrs, [1], .ecdsaMessageX962SHA256) }
+        expectStatus(.decode) { _ = try Self.sign(t, attrs, Array(SHA256.hash(data: [1])), .ecdsaDigestX962SHA256) }
     }
 
     @Test func theStoreVerifiesItsOwnSignaturesAndRefusesOthers() throws {
