@@ -106,14 +106,20 @@ struct ItemsThatAskFirstTests {
 
     /// The database editor's attack on `d`'s one item (of `item`'s service): its constrained
     /// (format-2) blob rewritten as a plain one, then every read of it is errSecDecode.
+    /// The sealed blob of the one item in the database of `d`, which is stopped.
+    static func storedBlob(_ d: RunningDaemon) throws -> [UInt8] {
+        let db = try SQLiteDatabase(path: d.stateDirectory + "/keychain.db")
+        return try db.query("SELECT data FROM items") { (s) throws(KeychainError) -> [UInt8] in
+            _ = try s.step()
+            return s.blob(0)
+        }
+    }
+
     static func expectDroppedConstraintIsDecode(_ d: RunningDaemon) throws {
         #expect(d.stop() == 0)
         do {
+            let blob = try storedBlob(d)
             let db = try SQLiteDatabase(path: d.stateDirectory + "/keychain.db")
-            let blob = try db.query("SELECT data FROM items") { (s) throws(KeychainError) -> [UInt8] in
-                _ = try s.step()
-                return s.blob(0)
-            }
             #expect(blob.first == 2)
             try db.run("UPDATE items SET data = ?", [.blob([1] + blob.dropFirst(5))])
         }

@@ -118,17 +118,24 @@ struct KeysThatAskFirstTests {
         #expect(Self.prompts(log) == 1)
     }
 
+    /// The test certificate added with its P-256 key, imported extractable and asking first:
+    /// an identity; the key's bytes, which reading it returns.
+    static func identityWhoseKeyAsksFirst(_ d: RunningDaemon, _ c: KeychainConnection) throws -> (CertificateTests, [UInt8]) {
+        let certificates = CertificateTests()
+        let privateKey = try certificates.expected("p256.private")
+        _ = try KeychainKey.importPrivateKey(SecretBytes(privateKey), type: .p256, label: "tls key",
+                                             extractable: true, accessControl: Self.presence, connection: c)
+        #expect(try d.cli(["cert", "add", certificates.pemPath]).status == 0)
+        return (certificates, privateKey)
+    }
+
     /// An identity whose extractable key asks first: its key bytes are read after the
     /// person's yes (asked outside the lock, after the join), once per call; Fail refuses
     /// and Skip leaves it out, neither asking; its attributes and certificate ask nothing.
     @Test func anIdentitysKeyBytesAskThePersonOnce() throws {
         let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
         let c = KeychainConnection(socketPath: d.socketPath)
-        let certificates = CertificateTests()
-        let privateKey = try certificates.expected("p256.private")
-        _ = try KeychainKey.importPrivateKey(SecretBytes(privateKey), type: .p256, label: "tls key",
-                                             extractable: true, accessControl: Self.presence, connection: c)
-        #expect(try d.cli(["cert", "add", certificates.pemPath]).status == 0)
+        let (certificates, privateKey) = try Self.identityWhoseKeyAsksFirst(d, c)
         let identity: AttributeDictionary = ["class": .string("idnt"), "r_Data": .bool(true)]
         expectStatus(.interactionNotAllowed) { _ = try c.copyMatching(identity.merging(["u_AuthUI": .string("u_AuthUIF")]) { $1 }) }
         expectStatus(.itemNotFound) { _ = try c.copyMatching(identity.merging(["u_AuthUI": .string("u_AuthUIS")]) { $1 }) }
@@ -147,11 +154,7 @@ struct KeysThatAskFirstTests {
     @Test func anAuthenticatedContextReadsAnIdentitysKeyBytesWithoutAPrompt() throws {
         let (d, log) = try ItemsThatAskFirstTests.daemon(answers: [ItemsThatAskFirstTests.passcode])
         let c = KeychainConnection(socketPath: d.socketPath)
-        let certificates = CertificateTests()
-        let privateKey = try certificates.expected("p256.private")
-        _ = try KeychainKey.importPrivateKey(SecretBytes(privateKey), type: .p256, label: "tls key",
-                                             extractable: true, accessControl: Self.presence, connection: c)
-        #expect(try d.cli(["cert", "add", certificates.pemPath]).status == 0)
+        let (_, privateKey) = try Self.identityWhoseKeyAsksFirst(d, c)
         let context = try AuthenticationContext(connection: c)
         try context.authenticate(reason: "serve TLS")
         let identity: AttributeDictionary = ["class": .string("idnt"), "r_Data": .bool(true), "u_AuthUI": .string("u_AuthUIF")]

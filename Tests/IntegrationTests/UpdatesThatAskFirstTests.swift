@@ -118,14 +118,7 @@ struct UpdatesThatAskFirstTests {
         try c.update(Self.match, ["v_Data": .data(Array("n3w".utf8)), "pdmn": .string("ck")])
         #expect(p.prompts == 1)
         #expect(d.stop() == 0)
-        do {
-            let db = try SQLiteDatabase(path: d.stateDirectory + "/keychain.db")
-            let blob = try db.query("SELECT data FROM items") { (s) throws(KeychainError) -> [UInt8] in
-                _ = try s.step()
-                return s.blob(0)
-            }
-            #expect(Array(blob.prefix(5)) == [2, 0, 0, 0, 1])
-        }
+        #expect(Array(try ItemsThatAskFirstTests.storedBlob(d).prefix(5)) == [2, 0, 0, 0, 1])
         try d.start()
         #expect(try d.cli(["unlock"], input: bytes(Self.passcode + "\n")).status == 0)
         guard case .single(.attributes(let attributes)) = try KeychainConnection(socketPath: d.socketPath)
