@@ -82,15 +82,26 @@ final class RequestHandler {
         case answered(Response)
         /// The call continues with Argon2id, then `finish`.
         case derive(Derivation)
-        /// A key call (sign, verify, agree, encrypt, decrypt, public key): its key is out of the
-        /// store, using it is left to the caller (outside the store's lock), then `answer`.
-        case useKey(PreparedKeyCall)
+        /// A key call (sign, verify, agree, encrypt, decrypt, public key): its key's row is out
+        /// of the store, still sealed; opening and using the key are left to the caller
+        /// (outside the store's lock), then `answer`.
+        case useKey(FoundKeyCall)
     }
 
     /// The answer of a prepared key call: needs nothing of the handler, so it runs anywhere.
     static func answer(_ call: PreparedKeyCall) -> Response {
         do throws(KeychainError) {
             return Response(result: .single(try call.run()))
+        } catch {
+            return Response(error: error)
+        }
+    }
+
+    /// The answer of a key call whose key is not opened yet (one that asks first is refused:
+    /// nobody is asked here).
+    static func answer(_ call: FoundKeyCall) -> Response {
+        do throws(KeychainError) {
+            return answer(try call.opened())
         } catch {
             return Response(error: error)
         }
@@ -114,8 +125,8 @@ final class RequestHandler {
         }
     }
 
-    /// A key call's key, opened, with its checked parameters; nil for any other call.
-    private func prepareKeyCall(_ request: Request, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall? {
+    /// A key call's key, its row read, with its checked parameters; nil for any other call.
+    private func prepareKeyCall(_ request: Request, scope: AccessScope) throws(KeychainError) -> FoundKeyCall? {
         switch request {
         case .keyPublic(let query): try store.keys.publicKeyExport(query, scope: scope)
         case .keySign(let query, let parameters): try store.keys.signature(query, parameters: parameters, scope: scope)

@@ -14,7 +14,7 @@ import Synchronization
 /// A writer whose request a previous holder already committed finds its answer waiting and
 /// returns at once. Every reply is sent only after its commit. A call that runs Argon2id
 /// (unlock, passcode changes, backup, restore) holds the lock before and after it, not during
-/// it; a key call (sign, agree, decrypt...) holds it to open its key, not to use it.
+/// it; a key call (sign, agree, decrypt...) holds it to read its key's row, not to open or use it.
 ///
 /// Everything mutable sits in a Mutex, so it cannot be touched without its lock.
 final class StoreExecutor: Sendable {
@@ -399,9 +399,9 @@ final class StoreExecutor: Sendable {
         }
     }
 
-    /// A key call holds the lock only to find and open its key; using it, the costly step (a
-    /// KDF over a frame of shared info takes seconds), runs on the caller's thread alongside
-    /// other calls, so key users use every core and hold nobody up.
+    /// A key call holds the lock only to read its key's row; opening the key and using it, the
+    /// costly step (a KDF over a frame of shared info takes seconds), run on the caller's
+    /// thread alongside other calls, so key users use every core and hold nobody up.
     private func usingKey(_ request: Request, from caller: Caller, policy: AccessPolicy, owner: ContextOwner?) -> Response {
         var context: UsedContext?
         do throws(KeychainError) {
@@ -413,7 +413,7 @@ final class StoreExecutor: Sendable {
         switch store.withLock({ $0.handler?.begin(request, from: caller, policy: policy) }) {
         case .useKey(let call)?:
             do throws(KeychainError) {
-                return useKey(try permitted(try unsealed(call, for: request, owner: owner), for: caller, context: context))
+                return useKey(try permitted(try unsealed(try call.opened(), for: request, owner: owner), for: caller, context: context))
             } catch {
                 return Response(error: error)
             }

@@ -215,23 +215,9 @@ public struct SplitReader: Sendable {
     func finish(_ prepared: PreparedSearch, _ fetched: FetchedRows, wanted: Int?, consent: inout ReadConsent) throws(KeychainError) -> SearchPage {
         let query = prepared.query
         let decode = query.returnAttributes || prepared.plan.needsOpening || KeyItem.needsAttributes(query)
-        var items: [StoredItem] = []
-        var corrupt = fetched.corrupt
-        var expired = 0
-        for (row, key) in fetched.rows {
-            if let wanted, items.count >= wanted { break }
-            do throws(KeychainError) {
-                var item = try codec.open(row, classKey: key, withAttributes: decode)
-                // Its label goes in the prompt; opening its attributes also checks them
-                // against the sealed constraint.
-                if item.asksPerson && query.returnData && !decode { item = try codec.open(row, classKey: key, withAttributes: true) }
-                if prepared.plan.matches(item) {
-                    if item.isExpired(at: fetched.readAt) { expired += 1 } else { items.append(item) }
-                }
-            } catch where error.status == .decode {
-                corrupt += 1
-            }
-        }
+        let opened = try openMatches(fetched, plan: prepared.plan, withAttributes: decode, labelsOfItemsThatAsk: query.returnData, wanted: wanted)
+        var items = opened.items
+        let corrupt = opened.corrupt, expired = opened.expired
         if query.returnData, items.contains(where: \.secretSealedUnderPassword), try !(consent.presence?.hasApplicationPassword() ?? false) {
             // No password to open them with, and none can be asked for.
             guard query.authenticationUI == .skip else { throw SecItems.noApplicationPassword }
@@ -257,6 +243,38 @@ public struct SplitReader: Sendable {
     }
 }
 
+/// Fetched rows once opened: the items that match, and the rows left out as altered or expired.
+struct OpenedRows {
+    var items: [StoredItem] = []
+    var corrupt: Int
+    var expired = 0
+}
+
+extension SplitReader {
+    /// Opens fetched rows and keeps those `plan` matches that had not expired at the lookup, at
+    /// most `wanted`; an altered row is counted, not fatal. The step after the lookup of every
+    /// read, and of a key call (KeyStore), both off the store's lock.
+    func openMatches(_ fetched: FetchedRows, plan: SearchPlan, withAttributes decode: Bool,
+                     labelsOfItemsThatAsk: Bool = false, wanted: Int?) throws(KeychainError) -> OpenedRows {
+        var opened = OpenedRows(corrupt: fetched.corrupt)
+        for (row, key) in fetched.rows {
+            if let wanted, opened.items.count >= wanted { break }
+            do throws(KeychainError) {
+                var item = try codec.open(row, classKey: key, withAttributes: decode)
+                // Its label goes in the prompt; opening its attributes also checks them
+                // against the sealed constraint.
+                if item.asksPerson && labelsOfItemsThatAsk && !decode { item = try codec.open(row, classKey: key, withAttributes: true) }
+                if plan.matches(item) {
+                    if item.isExpired(at: fetched.readAt) { opened.expired += 1 } else { opened.items.append(item) }
+                }
+            } catch where error.status == .decode {
+                opened.corrupt += 1
+            }
+        }
+        return opened
+    }
+}
+
 extension ItemStore {
     /// The outer parts of a split read, to be used from any thread.
     public var splitReader: SplitReader { SplitReader(codec: codec) }
@@ -271,6 +289,19 @@ extension ItemStore {
     /// `pageBytes` (needs exclusive access). Memory per page is so bounded whatever the answer.
     func fetchPage(_ selection: ItemTable.Selection) throws(KeychainError) -> FetchedRows {
         try fetch(selection, maxBytes: Self.pageBytes)
+    }
+
+    /// The row a persistent reference names, when one of `groups` holds it, with its class key
+    /// (needs exclusive access): one indexed read, the whole of a key call under the lock. A
+    /// locked class is errSecInteractionNotAllowed here, as for any lookup.
+    func fetchRow(_ ref: PersistentRef, groups: [String]) throws(KeychainError) -> FetchedRows {
+        var rows: [(row: ItemRow, key: SecureKey)] = []
+        var corrupt = 0
+        let row = try table.row(persistentID: ref.id, of: ref.itemClass, groups: groups)
+        if let row {
+            if let pdmn = row.protection { rows.append((row, try classKey(pdmn))) } else { corrupt = 1 }
+        }
+        return FetchedRows(rows: rows, corrupt: corrupt, lastRowID: row?.rowid ?? 0, exhausted: true, readAt: now())
     }
 
     /// Rows and sealed bytes a page stops at (an answer frame holds about as much).

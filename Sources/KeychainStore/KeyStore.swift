@@ -44,14 +44,19 @@ public struct KeyStore {
     /// A key sealed under an application password is errSecInteractionNotAllowed here: its
     /// bytes open only outside the store's lock (the key calls).
     public func privateKey(_ dict: AttributeDictionary, usage: String?, scope: AccessScope) throws(KeychainError) -> PrivateKey {
-        guard let key = try openedKey(dict, usage: usage, scope: scope).key.key else { throw SecItems.noApplicationPassword }
+        guard case .row(let row) = try foundKey(dict, usage: usage, scope: scope, .publicKey).found else {
+            throw KeychainError(.internal, "a key call without its key")
+        }
+        guard let key = try row.opened().key.key else { throw SecItems.noApplicationPassword }
         return key
     }
 
-    /// The private key as `privateKey` finds it (or, sealed under an application password,
-    /// its sealed bytes and public key), with the question its use must ask first when its
-    /// item has userPresence or devicePasscode (nil otherwise).
-    func openedKey(_ dict: AttributeDictionary, usage: String?, scope: AccessScope) throws(KeychainError) -> (key: OpenedKey, question: KeyUseQuestion?) {
+    /// The part of a key call that needs the store (its lock, in the daemon): the query and
+    /// the caller's groups checked, and the key's row read with its class key, still sealed. A
+    /// persistent reference, how every client names a key, is one indexed row read
+    /// (`fetchRow`); any other query selects its candidate rows by their columns, as a read
+    /// does. Opening and checking the key is left to `FoundKeyCall.opened`, after the lock.
+    func foundKey(_ dict: AttributeDictionary, usage: String?, scope: AccessScope, _ use: PreparedKeyCall.Use) throws(KeychainError) -> FoundKeyCall {
         var query = dict
         query["class"] = .string(ItemClass.key.rawValue)
         // A persistent reference names one item and may not be joined by attributes.
@@ -61,101 +66,68 @@ public struct KeyStore {
             throw KeychainError(.param, "u_AuthUI Skip is for copyMatching only; a key call may Allow or Fail")
         }
         let groups = try scope.groups(naming: parsed.accessGroup)
-        let item: StoredItem
+        let plan = store.items.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
+        let fetched: FetchedRows
         if let ref = parsed.persistentRef {
-            // How every client names a key: one indexed row read by persistent id within the
-            // caller's groups, not the general search (its plan and its scan).
-            guard let row = try store.table.row(persistentID: ref.id, of: ref.itemClass, groups: groups) else {
-                throw SecItems.nothingFound(corrupt: 0)
-            }
-            let opened: StoredItem
-            do throws(KeychainError) {
-                opened = try store.open(row, withAttributes: true)
-            } catch where error.status == .decode {
-                throw SecItems.nothingFound(corrupt: 1)
-            }
-            guard !opened.isExpired(at: store.now()) else { throw SecItems.nothingFound(corrupt: 0) }
-            item = opened
+            fetched = try store.fetchRow(ref, groups: groups)
         } else {
-            let plan = store.items.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
-            let (items, corrupt) = try store.items.find(plan, limit: 1, withAttributes: true)
-            guard let first = items.first else { throw SecItems.nothingFound(corrupt: corrupt) }
-            item = first
+            fetched = try store.fetch(ItemTable.selection(plan.filter))
         }
-        guard item.attributes["kcls"] == .int(KeyItem.privateKeyClass) else {
-            throw KeychainError(.param, "the item is not a private key (kcls 1)")
-        }
-        let type = try KeyItem.keyType(named: item.attributes["type"])
-        if let usage, item.attributes[usage] != .int(1) {
-            throw KeychainError(.param, "the key's \(KeyItem.usageName[usage] ?? usage) is off: algorithm not supported by the key")
-        }
-        let question = item.asksPerson
-            ? KeyUseQuestion(label: item.attributes["labl"]?.stringValue, reason: parsed.operationPrompt,
-                             mayAsk: parsed.authenticationUI == .allow,
-                             keychainPasscode: AccessControl.needsKeychainPasscode(item.accessFlags))
-            : nil
-        guard item.sealedUnderPassword else { return (OpenedKey(key: try PrivateKey(stored: item.data, type: type)), question) }
-        guard case .data(let publicKey)? = item.attributes[KeyItem.sealedPublicKey] else {
-            throw KeychainError(.decode, "a key sealed under an application password lacks its public key")
-        }
-        return (OpenedKey(sealed: SealedKey(layer: item.data, type: type, publicKey: Array(publicKey))), question)
-    }
-
-    /// A use of the private key that its constraint covers (sign, decrypt, agree): carries the
-    /// question when the key asks first.
-    private func constrainedUse(_ query: AttributeDictionary, usage: String, scope: AccessScope, _ use: PreparedKeyCall.Use) throws(KeychainError) -> PreparedKeyCall {
-        let (key, question) = try openedKey(query, usage: usage, scope: scope)
-        return PreparedKeyCall(key, use: use, question: question)
+        // Refused here when no row is the caller's: nothing leaves the lock for it.
+        guard !fetched.rows.isEmpty else { throw SecItems.nothingFound(corrupt: fetched.corrupt) }
+        let row = KeyRow(fetched: fetched, plan: plan, reader: store.splitReader, usage: usage,
+                         prompt: parsed.operationPrompt, mayAsk: parsed.authenticationUI == .allow)
+        return FoundKeyCall(.row(row), use: use)
     }
 
     public func publicKey(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
-        try Array(publicKeyExport(query, scope: scope).data())
+        try Array(publicKeyExport(query, scope: scope).opened().data())
     }
 
     /// The key whose public half is asked for, opened: for the 25519 keys the public key is a
     /// scalar multiplication, left to `run` outside the store's lock.
-    public func publicKeyExport(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
-        PreparedKeyCall(try openedKey(query, usage: nil, scope: scope).key, use: .publicKey)
+    public func publicKeyExport(_ query: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> FoundKeyCall {
+        try foundKey(query, usage: nil, scope: scope, .publicKey)
     }
 
     /// Needs the key's sign flag.
     public func sign(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
-        try Array(signature(query, parameters: parameters, scope: scope).data())
+        try Array(signature(query, parameters: parameters, scope: scope).opened().data())
     }
 
-    /// The key and the checked parameters of a signature, without making it: the daemon takes
-    /// the key out under the store's lock and signs outside it, so concurrent signers use
-    /// every core. Needs the key's sign flag.
-    public func signature(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
+    /// The key's row and the checked parameters of a signature, without making it: the daemon
+    /// reads the row under the store's lock and opens the key and signs outside it, so
+    /// concurrent signers use every core. Needs the key's sign flag.
+    public func signature(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> FoundKeyCall {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.signingAlgorithm()
         let data = try call.bytes("data")
-        return try constrainedUse(query, usage: "sign", scope: scope, .sign(data, algorithm))
+        return try foundKey(query, usage: "sign", scope: scope, .sign(data, algorithm))
     }
 
     /// Needs no flag: verification uses only the public key, which anyone may have.
     public func verify(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> Bool {
-        try verification(query, parameters: parameters, scope: scope).run() == .attributes(["valid": .bool(true)])
+        try verification(query, parameters: parameters, scope: scope).opened().run() == .attributes(["valid": .bool(true)])
     }
 
     /// A verification's key and parameters; the verification itself (for P-256 the costlier
     /// half of ECDSA) is left to `run`.
-    public func verification(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
+    public func verification(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> FoundKeyCall {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.signingAlgorithm()
         let data = try call.bytes("data")
         let signature = try call.bytes("signature")
-        return PreparedKeyCall(try openedKey(query, usage: nil, scope: scope).key, use: .verify(signature, data, algorithm))
+        return try foundKey(query, usage: nil, scope: scope, .verify(signature, data, algorithm))
     }
 
     /// Needs the key's drve flag.
     public func agree(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> SecretBytes {
-        try agreement(query, parameters: parameters, scope: scope).data()
+        try agreement(query, parameters: parameters, scope: scope).opened().data()
     }
 
     /// A key agreement's key and parameters. Its KDF may hash up to a frame's worth of shared
     /// info 2,048 times (seconds), which must not hold the store's lock.
-    public func agreement(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
+    public func agreement(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> FoundKeyCall {
         let call = KeyCallParameters(parameters)
         guard case .string(let name)? = parameters["algorithm"], let algorithm = KeyAgreementAlgorithm(rawValue: name) else {
             throw KeychainError(.param, "algorithm must be one of \(KeyAgreementAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -167,7 +139,7 @@ public struct KeyStore {
             size = Int(n)
         }
         let sharedInfo = parameters["sharedInfo"] == nil ? [] : try call.bytes("sharedInfo")
-        return try constrainedUse(query, usage: "drve", scope: scope, .agree(peer, algorithm, requestedSize: size, sharedInfo: sharedInfo))
+        return try foundKey(query, usage: "drve", scope: scope, .agree(peer, algorithm, requestedSize: size, sharedInfo: sharedInfo))
     }
 
     // MARK: encryption (docs/keys.md, Encryption; docs/protocol.md, ops 29 and 30)
@@ -178,12 +150,12 @@ public struct KeyStore {
     /// to the caller, which its row's columns tell (klbl is the public key's SHA-1), so a
     /// when-unlocked key can still be encrypted to while the keychain is locked.
     public func encrypt(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> [UInt8] {
-        try Array(encryption(query, parameters: parameters, scope: scope).data())
+        try Array(encryption(query, parameters: parameters, scope: scope).opened().data())
     }
 
     /// An encryption's public key (the caller's, checked visible, or the opened key's) and
     /// plaintext, still in wiped memory.
-    public func encryption(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
+    public func encryption(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> FoundKeyCall {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.encryptionAlgorithm()
         let plaintext = try call.secret("data")
@@ -193,24 +165,23 @@ public struct KeyStore {
                 throw KeychainError(.param, "\(algorithm.rawValue) needs a \(algorithm.keyType.rawValue) public key of \(algorithm.keyType.publicKeyBytes) bytes, not \(publicKey.count)")
             }
             try requireVisibleKey(query, publicKey: publicKey, type: algorithm.keyType, scope: scope)
-            return PreparedKeyCall(key: nil, use: .encrypt(plaintext, to: publicKey, algorithm.keyType, algorithm))
+            return FoundKeyCall(.ready(PreparedKeyCall(key: nil, use: .encrypt(plaintext, to: publicKey, algorithm.keyType, algorithm))))
         }
-        let key = try openedKey(query, usage: nil, scope: scope).key
-        return PreparedKeyCall(key, use: .encrypt(plaintext, to: nil, key.type, algorithm))
+        return try foundKey(query, usage: nil, scope: scope, .encrypt(plaintext, to: nil, algorithm.keyType, algorithm))
     }
 
     /// Decrypts with the private key the query finds: needs its decr flag and its class key.
     /// Every failed decryption (wrong key, altered or truncated ciphertext) is errSecParam.
     public func decrypt(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> SecretBytes {
-        try decryption(query, parameters: parameters, scope: scope).data()
+        try decryption(query, parameters: parameters, scope: scope).opened().data()
     }
 
     /// A decryption's key and ciphertext: the largest a frame allows is decrypted outside the lock.
-    public func decryption(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> PreparedKeyCall {
+    public func decryption(_ query: AttributeDictionary, parameters: AttributeDictionary, scope: AccessScope) throws(KeychainError) -> FoundKeyCall {
         let call = KeyCallParameters(parameters)
         let algorithm = try call.encryptionAlgorithm()
         let ciphertext = try call.bytes("data")
-        return try constrainedUse(query, usage: "decr", scope: scope, .decrypt(ciphertext, algorithm))
+        return try foundKey(query, usage: "decr", scope: scope, .decrypt(ciphertext, algorithm))
     }
 
     /// errSecItemNotFound unless the query finds, in the caller's groups, a private key of
@@ -248,18 +219,87 @@ public struct KeyStore {
     }
 }
 
-/// A key call whose key has been found and opened under the store's lock, to be made later on
-/// any thread: the daemon uses the key outside the lock, so concurrent key calls use every core
-/// and a slow one (a KDF over a large shared info, a large decryption) holds nobody up. The
-/// key's bytes stay in `SecretBytes` (wiped when the last copy goes), so carrying it out of the
-/// lock leaves nothing in freed memory.
+/// A key call whose key's row was read under the store's lock, still sealed: `opened()`
+/// decrypts it, decodes its attributes and checks them on the caller's thread, after the
+/// lock, so that the lock is held for the row's read alone (docs/performance.md, issue 30).
+/// It needs nothing of the store: the row's bytes, its class key and the codec travel with it.
+public struct FoundKeyCall: Sendable {
+    enum Found: Sendable {
+        case row(KeyRow)
+        /// A call that needs no private key: an encryption to a public key the caller gave.
+        case ready(PreparedKeyCall)
+    }
+
+    let found: Found
+    let use: PreparedKeyCall.Use
+
+    init(_ found: Found, use: PreparedKeyCall.Use = .publicKey) {
+        self.found = found
+        self.use = use
+    }
+
+    /// The key opened from its row and checked: the call, ready to run (or, sealed under an
+    /// application password, ready to be unsealed). The errors the search would give:
+    /// errSecDecode for an altered row, errSecItemNotFound when no row matches; errSecParam
+    /// when the item is not a private key keychaind uses or `usage` is off.
+    public func opened() throws(KeychainError) -> PreparedKeyCall {
+        switch found {
+        case .ready(let call):
+            return call
+        case .row(let row):
+            let (key, question) = try row.opened()
+            return PreparedKeyCall(key, use: use, question: question)
+        }
+    }
+}
+
+/// The row of a key call's key with its class key, and what opening it must check.
+struct KeyRow: Sendable {
+    let fetched: FetchedRows
+    let plan: SearchPlan
+    let reader: SplitReader
+    let usage: String?
+    let prompt: String?
+    let mayAsk: Bool
+
+    /// The private key (or, sealed under an application password, its sealed bytes and public
+    /// key), with the question its use must ask first when its item has userPresence or
+    /// devicePasscode: only the uses its constraint covers ask (sign, agree, decrypt: each
+    /// needs a flag); the public key, a verification and an encryption never do.
+    func opened() throws(KeychainError) -> (key: OpenedKey, question: KeyUseQuestion?) {
+        let opened = try reader.openMatches(fetched, plan: plan, withAttributes: true, wanted: 1)
+        guard let item = opened.items.first else { throw SecItems.nothingFound(corrupt: opened.corrupt) }
+        guard item.attributes["kcls"] == .int(KeyItem.privateKeyClass) else {
+            throw KeychainError(.param, "the item is not a private key (kcls 1)")
+        }
+        let type = try KeyItem.keyType(named: item.attributes["type"])
+        if let usage, item.attributes[usage] != .int(1) {
+            throw KeychainError(.param, "the key's \(KeyItem.usageName[usage] ?? usage) is off: algorithm not supported by the key")
+        }
+        let question = item.asksPerson && usage != nil
+            ? KeyUseQuestion(label: item.attributes["labl"]?.stringValue, reason: prompt, mayAsk: mayAsk,
+                             keychainPasscode: AccessControl.needsKeychainPasscode(item.accessFlags))
+            : nil
+        guard item.sealedUnderPassword else { return (OpenedKey(key: try PrivateKey(stored: item.data, type: type)), question) }
+        guard case .data(let publicKey)? = item.attributes[KeyItem.sealedPublicKey] else {
+            throw KeychainError(.decode, "a key sealed under an application password lacks its public key")
+        }
+        return (OpenedKey(sealed: SealedKey(layer: item.data, type: type, publicKey: Array(publicKey))), question)
+    }
+}
+
+/// A key call whose key has been opened (after the store's lock), to be made on any thread:
+/// the daemon uses the key outside the lock, so concurrent key calls use every core and a slow
+/// one (a KDF over a large shared info, a large decryption) holds nobody up. The key's bytes
+/// stay in `SecretBytes` (wiped when the last copy goes), so carrying it leaves nothing in
+/// freed memory.
 public struct PreparedKeyCall: Sendable {
     enum Use: Sendable {
         case publicKey
         case sign([UInt8], KeySigningAlgorithm)
         case verify(_ signature: [UInt8], _ data: [UInt8], KeySigningAlgorithm)
         case agree(_ peer: [UInt8], KeyAgreementAlgorithm, requestedSize: Int?, sharedInfo: [UInt8])
-        /// `to` nil: the opened key's own public key.
+        /// `to` nil: the opened key's own public key (and its type, whatever this one says).
         case encrypt(SecretBytes, to: [UInt8]?, KeyType, KeyEncryptionAlgorithm)
         case decrypt([UInt8], KeyEncryptionAlgorithm)
     }
@@ -335,9 +375,10 @@ public struct PreparedKeyCall: Sendable {
             return SecretBytes(try opened().sign(data, algorithm: algorithm))
         case .agree(let peer, let algorithm, let size, let sharedInfo):
             return try opened().agree(with: peer, algorithm: algorithm, requestedSize: size, sharedInfo: sharedInfo)
-        case .encrypt(let plaintext, let given, let type, let algorithm):
+        case .encrypt(let plaintext, let given, let givenType, let algorithm):
             let publicKey: [UInt8]
-            if let given { publicKey = given } else { publicKey = try self.publicKey() }
+            var type = givenType
+            if let given { publicKey = given } else { (publicKey, type) = (try self.publicKey(), try keyType()) }
             return SecretBytes(try PublicKeyEncryptor.encrypt(plaintext, to: publicKey, type: type, algorithm: algorithm))
         case .decrypt(let ciphertext, let algorithm):
             return try opened().decrypt(ciphertext, algorithm: algorithm)
@@ -366,7 +407,7 @@ public struct PreparedKeyCall: Sendable {
 }
 
 /// A private key found for a key call: opened, or still sealed under its application password.
-struct OpenedKey {
+struct OpenedKey: Sendable {
     var key: PrivateKey?
     var sealed: SealedKey?
 

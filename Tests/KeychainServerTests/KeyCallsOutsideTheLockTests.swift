@@ -94,6 +94,36 @@ struct KeyCallsOutsideTheLockTests {
         #expect(response.status == KeychainStatus.itemNotFound.rawValue)
     }
 
+    /// A key named by its persistent reference, as every client names one, is one row read
+    /// under the lock, opened after it. The lock state still decides: while the keychain is
+    /// locked that read refuses the key (its class key is not loaded), and no row leaves the
+    /// store for it; once unlocked the same call signs.
+    @Test func aLockedKeychainRefusesASignatureByPersistentReferenceUnderTheLock() throws {
+        // No grace period: the lock call purges the class key at once.
+        let h = try LockInvariantTests.Harness(grace: 0)
+        let generated = h.handler.handle(.keyGenerate(["type": .int(105), "labl": .string("signer")]), from: h.caller, policy: h.policy)
+        guard case .single(.attributes(let attributes)) = generated.result, let ref = attributes["v_PersistentRef"] else {
+            Issue.record("no key generated: \(generated.message)")
+            return
+        }
+        let sign = Request.keySign(query: ["v_PersistentRef": ref],
+                                   parameters: ["algorithm": .string(Self.ed25519), "data": .data([1, 2, 3])])
+        let passcode = SecretBytes(Array("1111".utf8))
+        #expect(h.call(.setPasscode(new: passcode)) == 0)
+        #expect(h.call(.lock) == 0)
+        guard case .answered(let refused) = h.handler.begin(sign, from: h.caller, policy: h.policy) else {
+            Issue.record("a locked key's row left the store")
+            return
+        }
+        #expect(refused.status == KeychainStatus.interactionNotAllowed.rawValue)
+        #expect(h.call(.unlock(passcode: passcode)) == 0)
+        guard case .useKey(let found) = h.handler.begin(sign, from: h.caller, policy: h.policy) else {
+            Issue.record("the unlocked key was not handed out")
+            return
+        }
+        #expect(RequestHandler.answer(found).status == 0)
+    }
+
     /// The attack: a client sends a key call that takes long (an X9.63 KDF over a frame of
     /// shared info hashes a megabyte 2,048 times, about 2 s of CPU) to hold every other client
     /// up; before issue 30's change every key call but a signature ran under the store's lock.

@@ -103,7 +103,7 @@ struct ApplicationPasswordStoreTests {
         #expect(opened.attributes["xpub"] == .data(SecretBytes(publicKey)))
         #expect(Array(try ApplicationPasswordSeal.open(opened.data, password: Self.password)) == privateBytes)
         let call = try t.store.keys.signature(["class": .string("keys"), "labl": .string("signing")],
-                                              parameters: ["algorithm": .string(KeySigningAlgorithm.ed25519.rawValue), "data": .data([1])], scope: TemporaryStore.app)
+                                              parameters: ["algorithm": .string(KeySigningAlgorithm.ed25519.rawValue), "data": .data([1])], scope: TemporaryStore.app).opened()
         #expect(call.needsUnsealing)
         expectStatus(.interactionNotAllowed) { _ = try call.run() }
         #expect(try call.unsealed(try ApplicationPasswordSeal.open(opened.data, password: Self.password)).run() != .data(.empty))
