@@ -839,7 +839,7 @@ final class StoreExecutor: Sendable {
         }
     }
 
-    /// A list answer cut into frames of about `ItemStore.pageBytes`: each frame but the last
+    /// A list answer cut into frames of about `SealedRows.pageBytes`: each frame but the last
     /// is sent as soon as it is full, the last is what remains pending.
     private struct AnswerFrames {
         var pending: [ItemResult] = []
@@ -847,7 +847,7 @@ final class StoreExecutor: Sendable {
 
         mutating func add(_ result: ItemResult, emit: (Response) -> Bool) throws(KeychainError) {
             let size = WireCodec.encodedSize(result)
-            if !pending.isEmpty && pendingBytes + size > ItemStore.pageBytes {
+            if !pending.isEmpty && pendingBytes + size > SealedRows.pageBytes {
                 guard emit(Response(result: .list(pending), continues: true)) else {
                     throw KeychainError(.io, "the client left in the middle of a long answer")
                 }
@@ -859,7 +859,7 @@ final class StoreExecutor: Sendable {
         }
     }
 
-    /// A list answer cut into frames of about `ItemStore.pageBytes`: every frame but the last
+    /// A list answer cut into frames of about `SealedRows.pageBytes`: every frame but the last
     /// goes to `emit`, the last is returned.
     static func paged(_ response: Response, emit: (Response) -> Bool) -> Response {
         guard case .list(let items) = response.result else { return response }

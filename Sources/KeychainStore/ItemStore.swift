@@ -278,6 +278,12 @@ public final class ItemStore {
     /// Keys used inside the daemon: generation and the key calls.
     public var keys: KeyStore { KeyStore(store: self) }
 
+    /// The rows with their class keys, the part of a read that needs exclusive access.
+    var rows: SealedRows { SealedRows(store: self) }
+
+    /// The outer parts of a split read, to be used from any thread.
+    public var splitReader: SplitReader { SplitReader(codec: codec) }
+
     /// What a backup takes out of this store.
     public var backupExporter: BackupExporter { BackupExporter(store: self) }
 

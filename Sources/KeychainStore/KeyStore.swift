@@ -69,9 +69,9 @@ public struct KeyStore {
         let plan = store.items.plan(.key, attributes: parsed.attributes, groups: groups, query: parsed)
         let fetched: FetchedRows
         if let ref = parsed.persistentRef {
-            fetched = try store.fetchRow(ref, groups: groups)
+            fetched = try store.rows.named(ref, groups: groups)
         } else {
-            fetched = try store.fetch(ItemTable.selection(plan.filter))
+            fetched = try store.rows.all(ItemTable.selection(plan.filter))
         }
         // Refused here when no row is the caller's: nothing leaves the lock for it.
         guard !fetched.rows.isEmpty else { throw SecItems.nothingFound(corrupt: fetched.corrupt) }

@@ -26,7 +26,7 @@ struct AttributeSearchPagingTests {
         #expect(!last.continues)
         for page in pages + [last] {
             guard case .list(let items) = page.result else { Issue.record("a page is not a list"); continue }
-            #expect(items.reduce(0) { $0 + WireCodec.encodedSize($1) } <= ItemStore.pageBytes)
+            #expect(items.reduce(0) { $0 + WireCodec.encodedSize($1) } <= SealedRows.pageBytes)
         }
         let joined = (pages + [last]).flatMap { page -> [ItemResult] in
             if case .list(let items) = page.result { return items }

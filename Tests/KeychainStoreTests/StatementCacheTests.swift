@@ -89,7 +89,7 @@ struct StatementCacheTests {
         func rows(limit: Int64) throws -> Int {
             let query: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "m_Limit": .int(limit)]
             let prepared = t.store.splitReader.prepare(try ItemQuery(query, for: .copyMatching), groups: TemporaryStore.app.groups)
-            return try t.store.fetch(prepared.selection).rows.count
+            return try t.store.rows.all(prepared.selection).rows.count
         }
         #expect(try rows(limit: 3) == 3)
         #expect(try rows(limit: 1) == 1)
@@ -105,7 +105,7 @@ struct StatementCacheTests {
             let query: AttributeDictionary = ["class": .string("genp"), "svce": .string("s"), "m_Limit": .int(Int64(limit)),
                                               "r_Data": .bool(true)]
             let prepared = t.store.splitReader.prepare(try ItemQuery(query, for: .copyMatching), groups: TemporaryStore.app.groups)
-            _ = try t.store.splitReader.finish(prepared, try t.store.fetch(prepared.selection), wanted: Int(limit))
+            _ = try t.store.splitReader.finish(prepared, try t.store.rows.all(prepared.selection), wanted: Int(limit))
         }
         let counts = t.store.database.cachedStatementCounts
         #expect(counts.texts <= SQLiteDatabase.statementCacheCapacity)

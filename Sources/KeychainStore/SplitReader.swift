@@ -86,19 +86,6 @@ struct PreparedSearch: Sendable {
     let selection: ItemTable.Selection
 }
 
-/// The rows a lookup selected, each with the class key that opens it.
-public struct FetchedRows: Sendable {
-    let rows: [(row: ItemRow, key: SecureKey)]
-    let corrupt: Int
-    /// The last rowid read, where the next page starts.
-    public let lastRowID: Int64
-    /// No row after these (for a page: the search is over).
-    public let exhausted: Bool
-    /// The store's time at the lookup: an item expired by then is not returned, so a long
-    /// list judges each page by the time it was read.
-    let readAt: Double
-}
-
 /// One page of an answer: its results, how many rows were altered, and where the search goes
 /// on (nil: it is over).
 struct SearchPage {
@@ -164,7 +151,7 @@ public struct SplitReader: Sendable {
             var after: Int64? = 0
             while let start = after {
                 let selection = pageSelection(prepared, after: start)
-                let fetched = try store.lookup { (store) throws(KeychainError) in try store.fetchPage(selection) }
+                let fetched = try store.lookup { (store) throws(KeychainError) in try store.rows.page(selection) }
                 let found = try finish(prepared, fetched, wanted: wanted.map { $0 - matched }, consent: &consent)
                 matched += found.matched
                 corrupt += found.corrupt
@@ -174,14 +161,14 @@ public struct SplitReader: Sendable {
             guard matched > 0 else { throw SecItems.nothingFound(corrupt: corrupt) }
             return .list([])
         }
-        var found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.fetch(prepared.selection) },
+        var found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.rows.all(prepared.selection) },
                                wanted: wanted, consent: &consent)
         if prepared.limitedInSQL && found.corrupt + found.expired > 0 && found.matched == 0 {
             // Altered or expired rows filled the SQL limit: a match may lie past it, so every row is read.
             var whole = prepared.plan.filter
             whole.limit = nil
             let selection = ItemTable.selection(whole)
-            found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.fetch(selection) },
+            found = try finish(prepared, try store.lookup { (store) throws(KeychainError) in try store.rows.all(selection) },
                                wanted: wanted, consent: &consent)
         }
         guard found.matched > 0 else { throw SecItems.nothingFound(corrupt: found.corrupt) }
@@ -201,7 +188,7 @@ public struct SplitReader: Sendable {
     func pageSelection(_ prepared: PreparedSearch, after rowid: Int64) -> ItemTable.Selection {
         var filter = prepared.plan.filter
         filter.afterRowID = rowid
-        filter.limit = ItemStore.pageRows
+        filter.limit = SealedRows.pageRows
         return ItemTable.selection(filter)
     }
 
@@ -274,64 +261,3 @@ extension SplitReader {
         return opened
     }
 }
-
-extension ItemStore {
-    /// The outer parts of a split read, to be used from any thread.
-    public var splitReader: SplitReader { SplitReader(codec: codec) }
-
-    /// The candidate rows and their class keys (needs exclusive access). A row of a class whose
-    /// key is not loaded fails the whole call (errSecInteractionNotAllowed, as on iOS).
-    func fetch(_ selection: ItemTable.Selection) throws(KeychainError) -> FetchedRows {
-        try fetch(selection, maxBytes: nil)
-    }
-
-    /// Rows of one page: at most `pageRows`, and no more once their sealed bytes reach
-    /// `pageBytes` (needs exclusive access). Memory per page is so bounded whatever the answer.
-    func fetchPage(_ selection: ItemTable.Selection) throws(KeychainError) -> FetchedRows {
-        try fetch(selection, maxBytes: Self.pageBytes)
-    }
-
-    /// The row a persistent reference names, when one of `groups` holds it, with its class key
-    /// (needs exclusive access): one indexed read, the whole of a key call under the lock. A
-    /// locked class is errSecInteractionNotAllowed here, as for any lookup.
-    func fetchRow(_ ref: PersistentRef, groups: [String]) throws(KeychainError) -> FetchedRows {
-        var rows: [(row: ItemRow, key: SecureKey)] = []
-        var corrupt = 0
-        let row = try table.row(persistentID: ref.id, of: ref.itemClass, groups: groups)
-        if let row {
-            if let pdmn = row.protection { rows.append((row, try classKey(pdmn))) } else { corrupt = 1 }
-        }
-        return FetchedRows(rows: rows, corrupt: corrupt, lastRowID: row?.rowid ?? 0, exhausted: true, readAt: now())
-    }
-
-    /// Rows and sealed bytes a page stops at (an answer frame holds about as much).
-    static let pageRows = 256
-    public static let pageBytes = 1 << 20
-
-    private func fetch(_ selection: ItemTable.Selection, maxBytes: Int?) throws(KeychainError) -> FetchedRows {
-        var rows: [(row: ItemRow, key: SecureKey)] = []
-        var corrupt = 0
-        var bytes = 0
-        var last: Int64 = 0
-        var read = 0
-        var cut = false
-        try table.forEach(selection) { (row) throws(KeychainError) -> Bool in
-            read += 1
-            last = row.rowid
-            guard let pdmn = row.protection else {
-                corrupt += 1
-                return true
-            }
-            rows.append((row, try classKey(pdmn)))
-            bytes += row.blob.count
-            if let maxBytes, bytes >= maxBytes {
-                cut = true
-                return false
-            }
-            return true
-        }
-        let exhausted = !cut && (maxBytes == nil || read < Self.pageRows)
-        return FetchedRows(rows: rows, corrupt: corrupt, lastRowID: last, exhausted: exhausted, readAt: now())
-    }
-}
-
