@@ -82,6 +82,10 @@ final class PeerProcess {
     /// Its systemd unit, from its cgroup file (readable whoever runs it, dumpable or not).
     func unit() -> SystemdUnit? { ProcFile.read("cgroup", in: directory).flatMap(SystemdUnit.init(cgroupFile:)) }
 
+    /// Its command name now (stat's second field): the process's own to set (PR_SET_NAME), and
+    /// what exec sets to the new program's file name.
+    func commandName() -> [UInt8]? { ProcFile.read("stat", in: directory).flatMap(Self.commandName) }
+
     /// Its start time (stat's field 22), through the descriptor opened for this process.
     func startTime() -> UInt64? { ProcFile.read("stat", in: directory).flatMap(DelegatedProcess.parseStat)?.startTime }
 
@@ -130,7 +134,7 @@ final class PeerProcess {
         case .path(let now): return now == executable
         case .gone: return false
         case .hidden:
-            guard let now = ProcFile.read("stat", in: directory).flatMap(Self.commandName) else { return false }
+            guard let now = commandName() else { return false }
             return now == name
         }
     }

@@ -25,8 +25,9 @@ struct PolkitSubject: Sendable, Equatable {
 
 /// One org.freedesktop.PolicyKit1.Authority.CheckAuthorization of keychaind's action for a
 /// prompt: the details polkit puts into the action's message (the program by the path the
-/// kernel reports, the item's label and the caller's reason, each escaped as pinentry's text
-/// is, so that a newline or a direction override from the caller draws nothing).
+/// kernel reports, or what `HiddenProgram` shows where that cannot be read, the item's label
+/// and the caller's reason, each escaped as pinentry's text is, so that a newline or a
+/// direction override from the caller draws nothing).
 struct PolkitCheck: Sendable, Equatable {
     static let action = "org.keychaind.confirm-item-use"
     /// CheckAuthorizationFlags.AllowUserInteraction.
@@ -47,7 +48,8 @@ struct PolkitCheck: Sendable, Equatable {
     }
 
     /// `program`, `item` and `reason` for whoever writes a rule or an agent that shows them
-    /// apart; `request`, the whole question in keychaind's words, for the action's message.
+    /// apart (with `uid`, `user`, `unit` and `command` for a program whose executable cannot
+    /// be read); `request`, the whole question in keychaind's words, for the action's message.
     static func details(for request: PromptRequest) -> [String: String] {
         var details = [
             "program": request.executable.map { PromptRequest.shown($0, limit: 512) } ?? "",
@@ -55,6 +57,12 @@ struct PolkitCheck: Sendable, Equatable {
             "item": request.label.map { PromptRequest.shown($0, limit: PromptRequest.shownLimit) } ?? "",
             "reason": request.reason.map { PromptRequest.shown($0, limit: PromptRequest.shownLimit) } ?? "",
         ]
+        if request.executable == nil, let hidden = request.hidden {
+            details["uid"] = String(hidden.uid)
+            details["user"] = hidden.userName.map { PromptRequest.shown($0, limit: 64) } ?? ""
+            details["unit"] = hidden.unit.map { PromptRequest.shown($0.description, limit: 256) } ?? ""
+            details["command"] = hidden.command.map { PromptRequest.shown($0, limit: 16) } ?? ""
+        }
         // The description without its last line, which tells the person to type the keychain
         // passcode: polkit's agent asks for the person's own password.
         var lines = request.description.split(separator: "\n", omittingEmptySubsequences: false)

@@ -2,7 +2,8 @@ import KeychainModel
 import PersonPrompt
 
 /// What a prompt tells the person: which program asks (the executable the kernel reports for
-/// the connection, never a name the caller gives), for which item (or to unlock the keychain:
+/// the connection, never a name the caller gives; where keychaind may not read it, what
+/// `HiddenProgram` shows instead), for which item (or to unlock the keychain:
 /// unlockPrompt, op 53), and the caller's reason (`u_OpPrompt`). The label and the reason come from the caller, so they are shown escaped:
 /// a newline or a direction override in them cannot draw a line that seems to be keychaind's.
 struct PromptRequest: Sendable, Equatable {
@@ -17,6 +18,8 @@ struct PromptRequest: Sendable, Equatable {
     var purpose: String? = nil
     /// Unlocking the whole keychain (op 53) rather than using one item.
     var unlocks = false
+    /// What is shown of a caller whose executable cannot be read (nil: its pid alone).
+    var hidden: HiddenProgram? = nil
 
     /// The prompt of unlockPrompt (op 53): no item and no reason, since none is the caller's to give.
     static func unlock(executable: String?, pid: Int32) -> PromptRequest {
@@ -29,12 +32,18 @@ struct PromptRequest: Sendable, Equatable {
     /// program's name out of the dialog.
     static let shownLimit = 120
 
+    /// The program, by the path the kernel reports: "/usr/bin/curl (pid 42)"; when that cannot
+    /// be read, "A program whose executable cannot be read (pid 42, uid 1001 (alice), ...)".
+    var program: String {
+        if let executable { return "\(Self.shown(executable, limit: 512)) (pid \(pid))" }
+        return "A program whose executable cannot be read (pid \(pid)\(hidden.map { ", \($0.shown)" } ?? ""))"
+    }
+
     var description: String {
-        let program = executable.map { Self.shown($0, limit: 512) } ?? "a program whose executable cannot be read"
-        if unlocks { return "\(program) (pid \(pid)) wants to unlock the keychain.\nType the keychain passcode to unlock it for every program of yours." }
-        var text = "\(program) (pid \(pid)) wants to use "
+        if unlocks { return "\(program) wants to unlock the keychain.\nType the keychain passcode to unlock it for every program of yours." }
+        var text = "\(program) wants to use "
         if let purpose {
-            text = "\(program) (pid \(pid)) wants to \(purpose)."
+            text = "\(program) wants to \(purpose)."
         } else if forContext {
             text += "keychain items that ask first, for a while, without asking again."
         } else {

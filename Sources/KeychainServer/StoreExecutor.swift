@@ -705,8 +705,9 @@ final class StoreExecutor: Sendable {
     /// not asked.
     func confirmPresence(for caller: Caller, label: String?, reason: String?, forContext: Bool = false,
                          purpose: String? = nil, keychainPasscode: Bool = false) throws(KeychainError) {
-        let request = PromptRequest(executable: caller.executable, pid: caller.pid, label: label, reason: reason,
+        var request = PromptRequest(executable: caller.executable, pid: caller.pid, label: label, reason: reason,
                                     forContext: forContext, purpose: purpose)
+        if caller.executable == nil { request.hidden = HiddenProgram(of: caller) }
         var polkitWhy: String?
         if let polkit = polkitPrompt, !keychainPasscode {
             let outcome = caller.startTime.map { polkit.ask(request, subject: PolkitSubject(pid: caller.pid, startTime: $0, uid: caller.uid)) }

@@ -224,13 +224,5 @@ struct Trust {
     private static func octal(_ mode: mode_t) -> String { "0" + String(mode & 0o7777, radix: 8) }
 
     /// "uid 1001 (alice)", or "uid 1001" when it has no name.
-    static func describe(_ uid: uid_t) -> String {
-        var pw = passwd()
-        var result: UnsafeMutablePointer<passwd>?
-        var buffer = [CChar](repeating: 0, count: 4096)
-        guard getpwuid_r(uid, &pw, &buffer, buffer.count, &result) == 0, result != nil, let name = pw.pw_name else {
-            return "uid \(uid)"
-        }
-        return "uid \(uid) (\(String(cString: name)))"
-    }
+    static func describe(_ uid: uid_t) -> String { UserAccount.describe(uid) }
 }

@@ -56,12 +56,13 @@ struct PolkitPresenceTests {
         let daemon: RunningDaemon
         let client: KeychainConnection
 
-        init(mode: String?, pinentry: ScriptedPinentry? = nil, extra: String = "") throws {
+        init(mode: String?, pinentry: ScriptedPinentry? = nil, extra: String = "", launcher: [String] = []) throws {
             let bus = try PrivateSystemBus()
             self.bus = bus
             polkit = try mode.map { try FakePolkit(on: bus, mode: $0) }
             let section = pinentry.map { $0.promptSection + "\n" } ?? "[prompt]\n"
-            let daemon = try RunningDaemon(config: section + "polkit = true\n" + extra, environment: bus.environment)
+            let daemon = try RunningDaemon(config: section + "polkit = true\n" + extra, environment: bus.environment,
+                                           launcher: launcher)
             self.daemon = daemon
             client = KeychainConnection(socketPath: daemon.socketPath)
             guard try daemon.cli(["passcode", "set"], input: bytes("1234\n")).status == 0 else {
@@ -127,6 +128,7 @@ struct PolkitPresenceTests {
         let details = host.polkit!.checks.last?["details"] as? [String: String] ?? [:]
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         #expect(details["program"] == executable)
+        #expect(details["command"] == nil, "a readable executable is named by its path alone")
         #expect(details["pid"] == String(getpid()))
         #expect(details["item"] == "prod token\\u{a}keychaind: this request is safe")
         #expect(details["reason"] == "deploy\\u{202e}evil")
@@ -134,6 +136,55 @@ struct PolkitPresenceTests {
         #expect(request.hasPrefix("\(executable) (pid \(getpid())) wants to use the keychain item"), "\(request)")
         #expect(!request.contains("passcode"), "the agent asks for the person's own password: \(request)")
         #expect(request.split(separator: "\n").count == 2, "keychaind's line and the reason's, no line of the caller's: \(request)")
+    }
+
+    /// The reader of the item: a python process made non-dumpable (PR_SET_DUMPABLE 0) that
+    /// names itself "evil`" and a newline (PR_SET_NAME), then reads the item on a raw socket.
+    /// Prints its pid, then the read's status.
+    static let hiddenReader = #"""
+    import ctypes, os, socket, struct, sys
+    libc = ctypes.CDLL(None)
+    libc.prctl(4, 0, 0, 0, 0)
+    libc.prctl(15, ctypes.c_char_p(b"evil`\nname"), 0, 0, 0)
+    print(os.getpid(), flush=True)
+    query = {"class": "genp", "svce": "prod", "acct": "deploy", "r_Data": True}
+    body = struct.pack("<I", len(query))
+    for key in sorted(query):
+        value = query[key]
+        body += struct.pack("<H", len(key)) + key.encode()
+        body += bytes([4, 1]) if value is True else bytes([1]) + struct.pack("<I", len(value)) + value.encode()
+    payload = bytes([1, 2]) + body
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+    s.sendall(struct.pack("<I", len(payload)) + payload)
+    head = s.recv(4, socket.MSG_WAITALL)
+    answer = s.recv(struct.unpack("<I", head)[0], socket.MSG_WAITALL)
+    print(struct.unpack("<i", answer[1:5])[0], flush=True)
+    """#
+
+    /// Under the packaged system daemon (no CAP_SYS_PTRACE) another user's executable cannot be
+    /// read, and neither can a non-dumpable process's of keychaind's own uid, which this test
+    /// uses: keychaind runs as root without CAP_SYS_PTRACE, the reader in a session scope of
+    /// its own (a cgroup made as logind names them). polkit's message names the pid, the uid
+    /// and its user, the unit, and last the process's own name for itself, escaped.
+    @Test func aProgramWhoseExecutableCannotBeReadIsNamedByItsUIDUnitAndOwnName() throws {
+        let host = try Host(mode: "yes", launcher: CallerIdentityTests.withoutPtrace)
+        let scope = "session-kc\(getpid()).scope"
+        let cgroup = try UnitIdentityTests.Cgroup("/user.slice/user-0.slice/\(scope)")
+        let script = "echo $$ > \(cgroup.directory)/cgroup.procs && exec /usr/bin/python3 -c \"$0\" \(host.daemon.socketPath)"
+        let run = try runExecutable("/bin/sh", ["-c", script, Self.hiddenReader], environment: ["PATH": "/usr/bin:/bin"], input: [])
+        let lines = run.text.split(separator: "\n").map(String.init)
+        try #require(lines.count == 2, "\(run.text) \(host.daemon.log)")
+        #expect(lines[1] == "0", "the read is allowed: \(host.daemon.log)")
+        let details = host.polkit!.checks.last?["details"] as? [String: String] ?? [:]
+        #expect(details["program"] == "")
+        #expect(details["pid"] == lines[0])
+        #expect(details["uid"] == "0")
+        #expect(details["user"] == "root")
+        #expect(details["unit"] == scope)
+        #expect(details["command"] == "evil`\\u{a}name")
+        let request = details["request"] ?? ""
+        #expect(request.hasPrefix("A program whose executable cannot be read (pid \(lines[0]), uid 0 (root), unit \(scope), calls itself `evil\\u{60}\\u{a}name`) wants to use the keychain item"), "\(request)")
+        #expect(request.split(separator: "\n").count == 1, "keychaind's one line, none of the caller's: \(request)")
     }
 
     @Test func aDismissedDialogIsUserCanceled() throws {

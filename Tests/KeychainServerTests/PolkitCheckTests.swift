@@ -44,6 +44,23 @@ struct PolkitCheckTests {
         #expect(details["request"] == "/usr/bin/curl (pid 4242) wants to use the keychain item \u{201C}prod\\u{a}token\u{201D}.\nIts reason: deploy\\u{202e}evil")
     }
 
+    @Test func theDetailsOfAProgramWhoseExecutableCannotBeReadNameItsUIDUnitAndCommand() {
+        var request = PromptRequest(executable: nil, pid: 4242, label: "prod", reason: nil)
+        request.hidden = HiddenProgram(uid: 1001, userName: "alice", unit: .system("session-3.scope"), command: "py\nthon")
+        let details = PolkitCheck.details(for: request)
+        #expect(details["program"] == "")
+        #expect(details["uid"] == "1001")
+        #expect(details["user"] == "alice")
+        #expect(details["unit"] == "session-3.scope")
+        #expect(details["command"] == "py\\u{a}thon")
+        #expect(details["request"] == "A program whose executable cannot be read (pid 4242, uid 1001 (alice), unit session-3.scope, calls itself `py\\u{a}thon`) wants to use the keychain item \u{201C}prod\u{201D}.")
+    }
+
+    @Test func aReadableExecutableIsNamedAloneByItsPath() {
+        let details = PolkitCheck.details(for: Self.request)
+        #expect(details["uid"] == nil && details["unit"] == nil && details["command"] == nil)
+    }
+
     @Test func aLongLabelIsCutSoTheProgramStaysInView() {
         let request = PromptRequest(executable: "/usr/bin/curl", pid: 1, label: String(repeating: "x", count: 5000), reason: nil)
         #expect(PolkitCheck.details(for: request)["item"]?.count == PromptRequest.shownLimit + 1)

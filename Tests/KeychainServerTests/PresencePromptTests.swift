@@ -107,6 +107,24 @@ struct PresencePromptTests {
         #expect(long.description.count < 300)
     }
 
+    /// Under the packaged system daemon (no CAP_SYS_PTRACE) another user's executable cannot
+    /// be read: the prompt names what the kernel reports of the process, then its own claim.
+    @Test func aProgramWhoseExecutableCannotBeReadIsNamedByItsUIDUnitAndCommand() {
+        var request = PromptRequest(executable: nil, pid: 4242, label: "prod token", reason: nil)
+        request.hidden = HiddenProgram(uid: 1001, userName: "alice", unit: .system("session-3.scope"), command: "python3")
+        #expect(request.description.hasPrefix("A program whose executable cannot be read (pid 4242, uid 1001 (alice), unit session-3.scope, calls itself `python3`) wants to use the keychain item \u{201C}prod token\u{201D}."), "\(request.description)")
+    }
+
+    @Test func aHiddenProgramsNamesCannotDrawLinesOrEndTheirQuotation() {
+        let hidden = HiddenProgram(uid: 1001, userName: "al\nice", unit: .user(uid: 1001, "x\u{202E}.service"), command: "ev`il\nok")
+        #expect(hidden.shown == "uid 1001 (al\\u{a}ice), unit x\\u{202e}.service of user@1001.service, calls itself `ev\\u{60}il\\u{a}ok`")
+    }
+
+    @Test func aHiddenProgramWithNeitherNameNorUnitShowsItsUID() {
+        #expect(HiddenProgram(uid: 1001, userName: nil, unit: nil, command: nil).shown == "uid 1001")
+        #expect(PromptRequest(executable: nil, pid: 7, label: nil, reason: nil).program == "A program whose executable cannot be read (pid 7)")
+    }
+
     @Test func cancellingIsUserCanceled() throws {
         let (program, _) = try Self.scriptedPinentry(answers: ["cancel"])
         let prompt = try #require(PresencePrompt(Self.settings(pinentry: program)))
