@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union
 
 if TYPE_CHECKING:
     from .access_control import AccessControl
+    from .context import AuthenticationContext
 
 # What the SecItem calls take and return: values as in docs/protocol.md, section 3.
 Attributes = Dict[str, Any]
@@ -36,6 +37,7 @@ Attributes = Dict[str, Any]
 Result = Any
 
 __all__ = ["Connection", "KeychainError", "UserCanceled", "InteractionNotAllowed", "AuthFailed", "AccessControl",
+           "AuthenticationContext",
            "REQUIRE", "AbsoluteTime", "default_socket_path", "Status", "ACCESSIBLE",
            "SYNCHRONIZABLE_ANY", "Synchronizable", "SyncStatus", "SyncDevice", "SyncFingerprints", "SyncRemoval",
            "Key", "KeyType", "SigningAlgorithm", "AgreementAlgorithm", "EncryptionAlgorithm"]
@@ -316,7 +318,7 @@ _OPS = {"add": 1, "copyMatching": 2, "update": 3, "delete": 4, "status": 5,
         "keyEncrypt": 29, "keyDecrypt": 30,
         "syncStatus": 32, "syncCreate": 33, "syncJoin": 34, "syncApprove": 35, "syncRemove": 36,
         "syncDevices": 37, "syncLeave": 38, "syncNow": 39, "metrics": 45,
-        "contextCreate": 49, "contextSetCredential": 51, "contextInvalidate": 52}
+        "contextCreate": 49, "contextAuthenticate": 50, "contextSetCredential": 51, "contextInvalidate": 52}
 
 
 class Connection:
@@ -380,28 +382,45 @@ class Connection:
     # caller passes is the caller's: Python cannot wipe those). Without it such a call raises
     # InteractionNotAllowed; a wrong one AuthFailed (keychaind delays each item's tries after
     # four), whose message never holds the password.
+    #
+    # context= (an AuthenticationContext of this connection; Apple's
+    # kSecUseAuthenticationContext): the call carries it, so that an authenticated context
+    # spares the prompt and a context holding an application password gives it. Not with
+    # app_password= (which makes a context of its own for the one call).
     def add(self, attributes: Attributes, *, synchronizable: Synchronizable = None,
             access_control: Union[AccessControl, str, None] = None,
             require: Union[str, Iterable[str], None] = None,
-            app_password: _Password = None) -> Result:
+            app_password: _Password = None, context: Optional[AuthenticationContext] = None) -> Result:
         attributes = _with_sync(attributes, synchronizable)
         attributes = _with_access_control(attributes, access_control, require)
-        return self._with_app_password(app_password, "add", lambda a: _encode_dict(a), attributes)
+        return self._with_app_password(app_password, "add", lambda a: _encode_dict(a), attributes, context=context)
 
     def copy_matching(self, query: Attributes, *, synchronizable: Synchronizable = None,
                       auth_ui: Optional[str] = None, reason: Optional[str] = None,
-                      app_password: _Password = None) -> Result:
+                      app_password: _Password = None, context: Optional[AuthenticationContext] = None) -> Result:
         query = _with_auth_ui(_with_sync(query, synchronizable), auth_ui, reason)
-        return self._with_app_password(app_password, "copyMatching", lambda q: _encode_dict(q), query, retry=True)
+        return self._with_app_password(app_password, "copyMatching", lambda q: _encode_dict(q), query, retry=True,
+                                       context=context)
 
     def update(self, query: Attributes, changes: Attributes, *, synchronizable: Synchronizable = None,
-               app_password: _Password = None) -> None:
+               app_password: _Password = None, context: Optional[AuthenticationContext] = None) -> None:
         query = _with_sync(query, synchronizable)
-        self._with_app_password(app_password, "update", lambda q: _encode_dict(q) + _encode_dict(changes), query)
+        self._with_app_password(app_password, "update", lambda q: _encode_dict(q) + _encode_dict(changes), query,
+                                context=context)
 
-    def _with_app_password(self, password, op, encode, query, retry=False):
-        """op with query encoded by encode, carrying (u_CredRef) a context that holds password,
-        made, used and ended under one hold of the lock; without a password, the plain call."""
+    def _with_app_password(self, password, op, encode, query, retry=False, context=None):
+        """op with query encoded by encode, carrying (u_CredRef) the caller's context, or a
+        context that holds password, made, used and ended under one hold of the lock; without
+        either, the plain call."""
+        if context is not None:
+            if password is not None:
+                raise ValueError("give app_password= or context=, not both (set_application_password on the context)")
+            if "u_CredRef" in query:
+                raise ValueError("give context= or the query's \"u_CredRef\", not both")
+            if context.connection is not self:
+                raise ValueError("an authentication context is used on the connection that made it")
+            # Not retried on a new connection: the context lives on this one only.
+            return self._call(op, encode(context.applied(query)))
         if password is None:
             return self._call(op, encode(query), retry=retry)
         if "u_CredRef" in query:
@@ -453,31 +472,37 @@ class Connection:
     # key calls (docs/protocol.md, operations 24-30; the Key class wraps them)
     # app_password=: for a key sealed under an application password (accc flag
     # APPLICATION_PASSWORD): generate seals the key under it; sign, agree and decrypt need it.
-    def key_generate(self, attributes: Attributes, *, app_password: _Password = None) -> Attributes:
+    # context=: an AuthenticationContext of this connection (as for the SecItem calls).
+    def key_generate(self, attributes: Attributes, *, app_password: _Password = None,
+                     context: Optional[AuthenticationContext] = None) -> Attributes:
         """Makes a private key inside keychaind; its item's attributes with v_PersistentRef."""
-        return self._with_app_password(app_password, "keyGenerate", lambda a: _encode_dict(a), attributes)
+        return self._with_app_password(app_password, "keyGenerate", lambda a: _encode_dict(a), attributes,
+                                       context=context)
 
     def key_public(self, query: Attributes) -> bytes:
         return self._call("keyPublic", _encode_dict(query), retry=True)
 
-    def key_sign(self, query: Attributes, parameters: Attributes, *, app_password: _Password = None) -> bytes:
+    def key_sign(self, query: Attributes, parameters: Attributes, *, app_password: _Password = None,
+                         context: Optional[AuthenticationContext] = None) -> bytes:
         return self._with_app_password(app_password, "keySign", lambda q: _encode_dict(q) + _encode_dict(parameters), query,
-                                       retry=True)
+                                       retry=True, context=context)
 
     def key_verify(self, query: Attributes, parameters: Attributes) -> bool:
         answer = self._call("keyVerify", _encode_dict(query) + _encode_dict(parameters), retry=True)
         return bool(answer["valid"])
 
-    def key_agree(self, query: Attributes, parameters: Attributes, *, app_password: _Password = None) -> bytes:
+    def key_agree(self, query: Attributes, parameters: Attributes, *, app_password: _Password = None,
+                          context: Optional[AuthenticationContext] = None) -> bytes:
         return self._with_app_password(app_password, "keyAgree", lambda q: _encode_dict(q) + _encode_dict(parameters), query,
-                                       retry=True)
+                                       retry=True, context=context)
 
     def key_encrypt(self, query: Attributes, parameters: Attributes) -> bytes:
         return self._call("keyEncrypt", _encode_dict(query) + _encode_dict(parameters), retry=True)
 
-    def key_decrypt(self, query: Attributes, parameters: Attributes, *, app_password: _Password = None) -> bytes:
+    def key_decrypt(self, query: Attributes, parameters: Attributes, *, app_password: _Password = None,
+                            context: Optional[AuthenticationContext] = None) -> bytes:
         return self._with_app_password(app_password, "keyDecrypt", lambda q: _encode_dict(q) + _encode_dict(parameters), query,
-                                       retry=True)
+                                       retry=True, context=context)
 
     # sync calls (docs/protocol.md, operations 32-39). Without a [sync] database in keychaind's
     # config every one raises KeychainError(NOT_AVAILABLE) naming the setting.
@@ -684,15 +709,15 @@ class Connection:
     # the common case
     def get_password(self, service: str, account: str, *, synchronizable: Synchronizable = None,
                      auth_ui: Optional[str] = None, reason: Optional[str] = None,
-                     app_password: _Password = None) -> Optional[bytes]:
+                     app_password: _Password = None, context: Optional[AuthenticationContext] = None) -> Optional[bytes]:
         """The secret of a generic password, or None. A local one unless synchronizable says
         otherwise (True: a synced one; SYNCHRONIZABLE_ANY: either). auth_ui and reason: as for
         copy_matching, for a password that asks first; app_password: for one sealed under an
-        application password."""
+        application password; context: an AuthenticationContext of this connection."""
         try:
             return self.copy_matching({"class": "genp", "svce": service, "acct": account, "r_Data": True},
                                       synchronizable=synchronizable, auth_ui=auth_ui, reason=reason,
-                                      app_password=app_password)
+                                      app_password=app_password, context=context)
         except KeychainError as e:
             if e.status == Status.ITEM_NOT_FOUND:
                 return None
@@ -775,5 +800,6 @@ def _wipe(buffer):
 from .access_control import REQUIRE, AccessControl  # noqa: E402,F811
 from .access_control import with_access_control as _with_access_control  # noqa: E402
 from .access_control import with_auth_ui as _with_auth_ui  # noqa: E402
+from .context import AuthenticationContext  # noqa: E402,F811
 from .keys import AgreementAlgorithm, EncryptionAlgorithm, Key, KeyType, SigningAlgorithm  # noqa: E402
 from .sync import SyncDevice, SyncFingerprints, SyncRemoval, SyncStatus  # noqa: E402

@@ -106,16 +106,18 @@ class Key:
     def generate(cls, connection: "Connection", key_type: Union[KeyType, str], label: str,
                  accessible: str = "when-unlocked", access_group: Optional[str] = None,
                  extractable: bool = False, application_tag: Optional[bytes] = None, *,
-                 require: Union[str, List[str], None] = None, app_password: Any = None) -> "Key":
+                 require: Union[str, List[str], None] = None, app_password: Any = None,
+                 context: Any = None) -> "Key":
         """A new private key, made inside keychaind and stored there. accessible: a name from
         ACCESSIBLE ("when-unlocked", the default, ...) or a pdmn code. require: the CLI's
         names ("presence", "passcode", "app-password"); with "app-password" the key's bytes
-        are sealed under app_password, which sign, agree and decrypt then need."""
+        are sealed under app_password (or the application password of context, an
+        AuthenticationContext of connection), which sign, agree and decrypt then need."""
         from .access_control import with_access_control
         item = _key_attributes(KeyType(key_type), label, accessible, access_group, extractable, application_tag)
         if require is not None:
             item = with_access_control(item, None, require)
-        return cls._from_item(connection, connection.key_generate(item, app_password=app_password))
+        return cls._from_item(connection, connection.key_generate(item, app_password=app_password, context=context))
 
     @classmethod
     def import_private_key(cls, connection: "Connection", private_key: Bytes, key_type: Union[KeyType, str],
@@ -160,14 +162,17 @@ class Key:
     def _reference(self) -> Dict[str, Any]:
         return {"v_PersistentRef": self.persistent_ref}
 
-    def sign(self, data: Bytes, algorithm: Optional[str] = None, *, app_password: Any = None) -> bytes:
+    def sign(self, data: Bytes, algorithm: Optional[str] = None, *, app_password: Any = None,
+             context: Any = None) -> bytes:
         """A signature of data: Ed25519's 64 raw bytes, or P-256's DER X9.62 ECDSA signature
         (over SHA-256 of data by default; SigningAlgorithm.ECDSA_DIGEST_X962_SHA256 signs a
         32-byte digest). Needs the key's sign flag and its class key, and app_password for a
-        key sealed under one."""
+        key sealed under one. context: an AuthenticationContext of the key's connection (an
+        authenticated one spares a key that asks first its prompt; one may hold the
+        application password instead of app_password)."""
         return self.connection.key_sign(self._reference, {
             "algorithm": algorithm or self._default(_DEFAULT_SIGNING, "sign"), "data": bytes(data)},
-            app_password=app_password)
+            app_password=app_password, context=context)
 
     def verify(self, signature: Bytes, data: Bytes, algorithm: Optional[str] = None) -> bool:
         """Whether signature is this key's signature of data."""
@@ -176,15 +181,17 @@ class Key:
             "signature": bytes(signature)})
 
     def agree(self, peer_public_key: Bytes, algorithm: str = AgreementAlgorithm.STANDARD,
-              requested_size: Optional[int] = None, shared_info: Bytes = b"", *, app_password: Any = None) -> bytes:
+              requested_size: Optional[int] = None, shared_info: Bytes = b"", *, app_password: Any = None,
+              context: Any = None) -> bytes:
         """The shared secret with a peer's public key (X25519 or P-256), raw or through the
-        X9.63 KDF (requested_size bytes). Needs the key's derive flag and its class key."""
+        X9.63 KDF (requested_size bytes). Needs the key's derive flag and its class key.
+        app_password and context: as for sign."""
         parameters: Dict[str, Any] = {"algorithm": algorithm, "peer": bytes(peer_public_key)}
         if requested_size is not None:
             parameters["requestedSize"] = requested_size
         if shared_info:
             parameters["sharedInfo"] = bytes(shared_info)
-        return self.connection.key_agree(self._reference, parameters, app_password=app_password)
+        return self.connection.key_agree(self._reference, parameters, app_password=app_password, context=context)
 
     def encrypt(self, plaintext: Bytes, algorithm: Optional[str] = None) -> bytes:
         """plaintext encrypted to this key's public half: Apple's ECIES for P-256 (by default
@@ -194,13 +201,14 @@ class Key:
             "algorithm": algorithm or self._default(_DEFAULT_ENCRYPTION, "encrypt"), "data": bytes(plaintext),
             "publicKey": self.public_key})
 
-    def decrypt(self, ciphertext: Bytes, algorithm: Optional[str] = None, *, app_password: Any = None) -> bytes:
+    def decrypt(self, ciphertext: Bytes, algorithm: Optional[str] = None, *, app_password: Any = None,
+                context: Any = None) -> bytes:
         """The plaintext of a ciphertext made for this key. Needs the key's decrypt flag and
-        its class key (and app_password for a key sealed under one); a wrong key or an altered
-        ciphertext raises KeychainError(PARAM)."""
+        its class key (and app_password for a key sealed under one; context: as for sign); a
+        wrong key or an altered ciphertext raises KeychainError(PARAM)."""
         return self.connection.key_decrypt(self._reference, {
             "algorithm": algorithm or self._default(_DEFAULT_ENCRYPTION, "encrypt"), "data": bytes(ciphertext)},
-            app_password=app_password)
+            app_password=app_password, context=context)
 
     def delete(self) -> None:
         """Deletes the key from the keychain."""
