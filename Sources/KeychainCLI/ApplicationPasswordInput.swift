@@ -12,7 +12,7 @@ import KeychainModel
 enum ApplicationPasswordInput {
     static let stdinFlag = "app-password-stdin"
     static let flags: [(name: String, help: String)] = [
-        (stdinFlag, "The application password is the first line of standard input (for add and update the secret follows it); without it, it is typed at the terminal."),
+        (stdinFlag, "The application password is the first line of standard input (the secret of add and update, the data of key sign and decrypt, follows it); without it, it is typed at the terminal."),
     ]
 
     static let howToGive = "type it at the terminal (run the command with standard input on one), or give it on the first line of standard input with --app-password-stdin; never in an argument or the environment"
@@ -39,6 +39,43 @@ enum ApplicationPasswordInput {
             throw KeychainError(.param, "the two application passwords differ; nothing was stored")
         }
         return try nonEmpty(first)
+    }
+
+    /// For a use of a key sealed under an application password (`key sign`, `key decrypt`):
+    /// the flag's line, else typed once at the terminal (/dev/tty: standard input carries the
+    /// data), else the failure says how to give it.
+    static func forKeyUse(_ arguments: Arguments) throws -> [UInt8] {
+        if let given = try fromStdin(arguments) { return given }
+        let typed: [UInt8]
+        do {
+            typed = try SecretInput.prompt("Application password: ")
+        } catch {
+            throw PromptOutcome(error: KeychainError(.interactionNotAllowed, "the key is sealed under an application password, and none was given: nothing was done with it"),
+                                hint: "type it at the terminal, or give it on the first line of standard input with --app-password-stdin (the data follows it); never in an argument or the environment")
+        }
+        return try nonEmpty(typed)
+    }
+
+    /// Whether `key` is sealed under an application password (its accc, read when it was found).
+    static func seals(_ key: KeychainKey) -> Bool {
+        AccessControl(attributes: key.attributes).map { AccessControl.needsApplicationPassword($0.flags) } ?? false
+    }
+
+    /// A use of `key` (sign, decrypt): when it is sealed under an application password, the
+    /// password first (its line of standard input, or typed at the terminal), then `input`
+    /// reads the data, and `use` runs with a context holding the password.
+    static func usingKey<T>(_ key: KeychainKey, _ arguments: Arguments, input: () throws -> [UInt8],
+                            _ use: ([UInt8], AuthenticationContext?) throws(KeychainError) -> T) throws -> T {
+        let sealed = seals(key)
+        if arguments.has(stdinFlag) && !sealed {
+            throw UsageError(message: "--app-password-stdin is for a key generated with --require app-password")
+        }
+        var password = sealed ? try forKeyUse(arguments) : nil
+        defer { if password != nil { explicit_bzero(&password!, password!.count) } }
+        let data = try input()
+        return try explained(password != nil) { () throws(KeychainError) in
+            try withContext(password, on: key.connection) { (context) throws(KeychainError) in try use(data, context) }
+        }
     }
 
     /// Runs `call` with `password` in a context of its own (none without a password), ended

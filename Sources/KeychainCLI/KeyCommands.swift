@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import KeychainClient
 import KeychainModel
 
@@ -14,13 +17,13 @@ enum KeyCommands {
                                       ("label", "The key's label."),
                                       ("accessible", "when-unlocked (default), after-first-unlock, always, their -this-device-only forms, when-passcode-set-this-device-only."),
                                       ("access-group", "Access group (default: the caller's first group)."),
-                                      ("require", "presence or passcode: each signature, decryption and agreement asks for the keychain passcode at keychaind's prompt."),
+                                      ("require", Requirement.keyHelp),
                                   ],
                                   flags: jsonFlag + [
                                       ("extractable", "Let the key's bytes be read back (default: they never leave keychaind)."),
                                       ("ssh", "Offer the key to `keychain ssh-agent` (application tag \"ssh\")."),
                                       ("allow-duplicate-label", "Make the key even if another key has this label (then sign, csr and public cannot tell them apart)."),
-                                  ])) { c in
+                                  ] + ApplicationPasswordInput.flags)) { c in
             try generate(c)
         },
         Command(spec: CommandSpec(name: "key list", summary: "List the private keys keychaind can use (never their bytes).",
@@ -34,7 +37,7 @@ enum KeyCommands {
         },
         Command(spec: CommandSpec(name: "key sign", summary: "Sign standard input with a key; the signature goes to standard output.",
                                   options: globalOptions + labelOption + [("algorithm", "ed25519, or p256's ecdsa-sha256 (default) or ecdsa-digest-sha256.")],
-                                  flags: [])) { c in
+                                  flags: ApplicationPasswordInput.flags)) { c in
             try sign(c)
         },
         Command(spec: CommandSpec(name: "key delete", summary: "Delete the keys with a label.",
@@ -75,11 +78,14 @@ enum KeyCommands {
         if let name = try c.arguments.choice("accessible", Accessible.names) {
             accessibility = Protection.allCases.first { $0.name == name } ?? .whenUnlocked
         }
-        // Apple's userPresence (1) and devicePasscode (16): here both ask for the keychain passcode.
-        var accessControl: AccessControl?
-        if let required = try c.arguments.choice("require", ["presence", "passcode"]) {
-            accessControl = AccessControl(protection: accessibility, flags: required == "presence"
-                                          ? AccessControl.Flag.userPresence : AccessControl.Flag.devicePasscode)
+        // Apple's userPresence (1) and devicePasscode (16), both the keychain passcode here, and
+        // applicationPassword, as `add --require` takes them.
+        let accessControl = try c.arguments["require"].map { (text) throws(UsageError) in
+            try Requirement.accessControl(text, protection: accessibility)
+        }
+        let sealed = accessControl.map { AccessControl.needsApplicationPassword($0.flags) } ?? false
+        if c.arguments.has(ApplicationPasswordInput.stdinFlag) && !sealed {
+            throw UsageError(message: "--app-password-stdin is for a key generated with --require app-password")
         }
         let label = try label(c)
         let connection = try c.connection()
@@ -88,10 +94,14 @@ enum KeyCommands {
         if !c.arguments.has("allow-duplicate-label"), let existing = try KeychainKey.find(label: label, connection: connection).first {
             throw KeychainError(.duplicateItem, "a key is labelled \(label) already (\(existing.type.rawValue), group \(existing.accessGroup)); no key was made")
         }
-        let key = try KeychainKey.generate(type, label: label, accessibility: accessibility,
-                                           accessGroup: c.arguments["access-group"], extractable: c.arguments.has("extractable"),
-                                           applicationTag: c.arguments.has("ssh") ? KeychainKey.sshTag : nil,
-                                           accessControl: accessControl, connection: connection)
+        var password = sealed ? try ApplicationPasswordInput.forAdd(c.arguments) : nil
+        defer { if password != nil { explicit_bzero(&password!, password!.count) } }
+        let key = try ApplicationPasswordInput.withContext(password, on: connection) { (context) throws(KeychainError) in
+            try KeychainKey.generate(type, label: label, accessibility: accessibility,
+                                     accessGroup: c.arguments["access-group"], extractable: c.arguments.has("extractable"),
+                                     applicationTag: c.arguments.has("ssh") ? KeychainKey.sshTag : nil,
+                                     accessControl: accessControl, context: context, connection: connection)
+        }
         if c.json {
             Output.line(JSON.object(summary(key)))
         } else {
@@ -161,7 +171,9 @@ enum KeyCommands {
             case .x25519: throw KeychainError(.param, "an x25519 key does not sign; it agrees on keys")
             }
         }
-        let data = try SecretInput.readAllStdin(limit: KeychainLimits.maxSecretBytes)
-        Output.stdout(try key.sign(data, algorithm: algorithm))
+        let signature = try ApplicationPasswordInput.usingKey(key, c.arguments, input: {
+            try SecretInput.readAllStdin(limit: KeychainLimits.maxSecretBytes)
+        }) { (data, context) throws(KeychainError) in try key.sign(data, algorithm: algorithm, context: context) }
+        Output.stdout(signature)
     }
 }

@@ -22,11 +22,13 @@ enum KeyEncryptionCommands {
             Output.stdout(try key.encrypt(plaintext, algorithm: algorithm))
         },
         Command(spec: CommandSpec(name: "key decrypt", summary: "Decrypt standard input with a key inside keychaind; the plaintext goes to standard output.",
-                                  options: options, flags: [])) { c in
+                                  options: options, flags: ApplicationPasswordInput.flags)) { c in
             let key = try KeyCommands.key(c)
             let algorithm = try algorithm(c)
-            let ciphertext = try SecretInput.readAllStdin(limit: KeychainLimits.maxSecretBytes + 128)
-            Output.stdout(try key.decrypt(ciphertext, algorithm: algorithm))
+            let plaintext = try ApplicationPasswordInput.usingKey(key, c.arguments, input: {
+                try SecretInput.readAllStdin(limit: KeychainLimits.maxSecretBytes + 128)
+            }) { (ciphertext, context) throws(KeychainError) in try key.decrypt(ciphertext, algorithm: algorithm, context: context) }
+            Output.stdout(plaintext)
         },
     ]
 

@@ -13,6 +13,7 @@ enum Requirement {
     static var names: [String] { table.map(\.name) }
 
     static let help = "The item asks first: presence or passcode (both: the keychain passcode typed at keychaind's prompt), app-password (the secret is sealed under a password typed at the terminal or given with --app-password-stdin, needed for every read); a comma list asks for each."
+    static let keyHelp = "Each use of the key asks first: presence or passcode (each signature, decryption and agreement asks for the keychain passcode at keychaind's prompt), app-password (the private key is sealed under a password typed at the terminal or given with --app-password-stdin, needed for each use); a comma list asks for each."
 
     /// The flags `text` names ("presence", "presence,app-password").
     static func flags(_ text: String) throws(UsageError) -> AccessControl.Flags {
@@ -33,7 +34,11 @@ enum Requirement {
         guard !synchronizable else {
             throw UsageError(message: "--require and --synchronizable cannot go together: an item that asks first never leaves this device through sync")
         }
-        let protection = pdmn?.stringValue.flatMap(Protection.init(rawValue:)) ?? .whenUnlocked
+        return try accessControl(text, protection: pdmn?.stringValue.flatMap(Protection.init(rawValue:)) ?? .whenUnlocked)
+    }
+
+    /// The access control of `--require text` over `protection`, checked with keychaind's rules.
+    static func accessControl(_ text: String, protection: Protection) throws(UsageError) -> AccessControl {
         do {
             return try AccessControl(protection: protection, flags: flags(text))
         } catch let error as KeychainError {

@@ -2,7 +2,8 @@ import Foundation
 import KeychainClient
 import Testing
 
-/// `keychain add --require app-password`, `get` and `update` of such an item (issue 29): the
+/// `keychain add --require app-password`, `get` and `update` of such an item, and keys
+/// generated with it, which `key sign` and `key decrypt` then need it for (issue 29): the
 /// application password comes from the terminal without echo or from the first line of
 /// standard input with --app-password-stdin, never from argv or the environment; the real CLI
 /// against the real daemon.
@@ -85,5 +86,84 @@ struct CLIApplicationPasswordTests {
         let read = try onTerminal(d, "get --service prod --account deploy", typing: ["Tr0ub4dor"])
         #expect(read.status == 0, "\(read.text)")
         #expect(read.text.contains("s3cret") && !read.text.contains("Tr0ub4dor"), "\(read.text)")
+    }
+
+    // MARK: keys (`key generate --require app-password`, `key sign`, `key decrypt`)
+
+    /// A daemon holding an Ed25519 key sealed under `password`, generated through the CLI.
+    static func daemonWithSealedKey(password: String = "correct horse", type: String = "ed25519") throws -> RunningDaemon {
+        let d = try RunningDaemon()
+        let made = try d.cli(["key", "generate", "--type", type, "--label", "release", "--require", "app-password",
+                              "--app-password-stdin"], input: bytes("\(password)\n"))
+        #expect(made.status == 0, "\(made.stderr)")
+        return d
+    }
+
+    @Test func aGeneratedKeyWithAnApplicationPasswordSignsOnlyWithThePassword() throws {
+        let d = try Self.daemonWithSealedKey()
+        let c = KeychainConnection(socketPath: d.socketPath)
+        let key = try #require(try KeychainKey.find(label: "release", connection: c).first)
+        #expect(key.attributes["accc"] == .string("ak;2147483648"))
+        let signed = try d.cli(["key", "sign", "--label", "release", "--app-password-stdin"], input: bytes("correct horse\nmessage"))
+        #expect(signed.status == 0, "\(signed.stderr)")
+        #expect(try key.verify(Array(signed.stdout), for: Array("message".utf8), algorithm: .ed25519))
+        let without = try d.cli(["key", "sign", "--label", "release"], input: bytes("message"))
+        #expect(without.status == 4 && without.stdout.isEmpty, "\(without.stderr)")
+        #expect(without.stderr.contains("sealed under an application password") && without.stderr.contains("--app-password-stdin"), "\(without.stderr)")
+        let wrong = try d.cli(["key", "sign", "--label", "release", "--app-password-stdin"], input: bytes("battery staple\nmessage"))
+        #expect(wrong.status == 6 && wrong.stdout.isEmpty, "\(wrong.stderr)")
+        #expect(!wrong.stderr.contains("battery"), "\(wrong.stderr)")
+    }
+
+    @Test func aSealedKeyDecryptsOnlyWithThePassword() throws {
+        let d = try Self.daemonWithSealedKey(type: "x25519")
+        let sealed = try d.cli(["key", "encrypt", "--label", "release"], input: bytes("plain"))
+        #expect(sealed.status == 0, "no password to encrypt to its public half: \(sealed.stderr)")
+        let opened = try d.cli(["key", "decrypt", "--label", "release", "--app-password-stdin"],
+                               input: bytes("correct horse\n") + Array(sealed.stdout))
+        #expect(opened.status == 0, "\(opened.stderr)")
+        #expect(opened.text == "plain")
+        #expect(try d.cli(["key", "decrypt", "--label", "release"], input: Array(sealed.stdout)).status == 4)
+    }
+
+    @Test func keyGenerateWithoutAPasswordOffATerminalMakesNoKey() throws {
+        let d = try RunningDaemon()
+        let refused = try d.cli(["key", "generate", "--type", "ed25519", "--label", "release", "--require", "app-password"])
+        #expect(refused.status == 4, "\(refused.stderr)")
+        #expect(try d.cli(["key", "list"]).text.isEmpty)
+    }
+
+    @Test func theKeysPasswordFlagBelongsToSealedKeysOnly() throws {
+        let d = try RunningDaemon()
+        let misplaced = try d.cli(["key", "generate", "--type", "ed25519", "--label", "plain", "--app-password-stdin"], input: bytes("pw\n"))
+        #expect(misplaced.status == 64, "\(misplaced.stderr)")
+        #expect(try d.cli(["key", "generate", "--type", "ed25519", "--label", "plain"]).status == 0)
+        let signing = try d.cli(["key", "sign", "--label", "plain", "--app-password-stdin"], input: bytes("pw\nmessage"))
+        #expect(signing.status == 64, "\(signing.stderr)")
+    }
+
+    @Test func keyGenerateTakesTheRequireCombinationsAddTakes() throws {
+        let (d, _) = try ItemsThatAskFirstTests.daemon(answers: [])
+        let made = try d.cli(["key", "generate", "--type", "ed25519", "--label", "both", "--require", "presence,app-password",
+                              "--app-password-stdin"], input: bytes("pw\n"))
+        #expect(made.status == 0, "\(made.stderr)")
+        let c = KeychainConnection(socketPath: d.socketPath)
+        #expect(try KeychainKey.find(label: "both", connection: c).first?.attributes["accc"] == .string("ak;2147483649"))
+        #expect(try d.cli(["key", "generate", "--type", "ed25519", "--label", "x", "--require", "presence,passcode"]).status == 64)
+    }
+
+    @Test func onATerminalTheKeysPasswordIsTypedWithoutEcho() throws {
+        let d = try RunningDaemon()
+        let made = try onTerminal(d, "key generate --type ed25519 --label release --require app-password", typing: ["Tr0ub4dor", "Tr0ub4dor"])
+        #expect(made.status == 0, "\(made.text)")
+        #expect(made.text.contains("Application password:") && !made.text.contains("Tr0ub4dor"), "\(made.text)")
+        // The data from standard input, the password typed at the terminal.
+        let signature = d.root + "/signature"
+        let signed = try onTerminal(d, "key sign --label release < /dev/null > \(signature)", typing: ["Tr0ub4dor"])
+        #expect(signed.status == 0, "\(signed.text)")
+        #expect(signed.text.contains("Application password:") && !signed.text.contains("Tr0ub4dor"), "\(signed.text)")
+        let key = try #require(try KeychainKey.find(label: "release", connection: KeychainConnection(socketPath: d.socketPath)).first)
+        let bytes = try #require(FileManager.default.contents(atPath: signature))
+        #expect(try key.verify(Array(bytes), for: [], algorithm: .ed25519))
     }
 }
