@@ -55,26 +55,29 @@ int csystem_spawn_detached(int32_t *pid, const char *path, char *const argv[], c
     return rc;
 }
 
-int csystem_wait_connection(int listener, int wake) {
+int csystem_accept(int listener) {
+    return accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+}
+
+int csystem_connection_waiter(int listener, int wake) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return -1;
     struct epoll_event on_listener = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u32 = 1 };
     struct epoll_event on_wake = { .events = EPOLLIN, .data.u32 = 0 };
-    int result = -1;
-    if (epoll_ctl(ep, EPOLL_CTL_ADD, listener, &on_listener) == 0 && epoll_ctl(ep, EPOLL_CTL_ADD, wake, &on_wake) == 0) {
-        for (;;) {
-            struct epoll_event got[2];
-            int n = epoll_wait(ep, got, 2, -1);
-            if (n < 0 && errno == EINTR) continue;
-            if (n > 0) {
-                result = 1;
-                for (int i = 0; i < n; i++) if (got[i].data.u32 == 0) result = 0;
-            }
-            break;
-        }
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, listener, &on_listener) != 0 || epoll_ctl(ep, EPOLL_CTL_ADD, wake, &on_wake) != 0) {
+        int saved = errno;
+        close(ep);
+        errno = saved;
+        return -1;
     }
-    int saved = errno;
-    close(ep);
-    errno = saved;
+    return ep;
+}
+
+int csystem_wait_connection(int waiter) {
+    struct epoll_event got[2];
+    int n = epoll_wait(waiter, got, 2, -1);
+    if (n < 0) return -1;
+    int result = 1;
+    for (int i = 0; i < n; i++) if (got[i].data.u32 == 0) result = 0;
     return result;
 }

@@ -170,10 +170,9 @@ public final class UnixSocket: Sendable {
         do throws(SocketFailure) {
             return try withDescriptor { (fd) throws(SocketFailure) in
                 do throws(SystemCallError) {
-                    let c = try SystemCall.retrying("accept") { Glibc.accept(fd, nil, nil) }
-                    let connection = UnixSocket(fd: c)
-                    _ = fcntl(c, F_SETFD, FD_CLOEXEC)
-                    return .connection(connection)
+                    // Close-on-exec set by the same call (one fcntl fewer per connection).
+                    let c = try SystemCall.retrying("accept4") { csystem_accept(fd) }
+                    return .connection(UnixSocket(fd: c))
                 } catch {
                     switch error.errno {
                     case EAGAIN, EWOULDBLOCK, ECONNABORTED: return .nothing  // another worker took it, or the client gave up
@@ -187,20 +186,17 @@ public final class UnixSocket: Sendable {
         }
     }
 
-    /// Waits for a connection on this listening socket, which must be non-blocking, until
-    /// `wake` becomes readable (then nil). Unlike shutting the listener down, this leaves the
-    /// socket as it was: one handed over by a service manager must go on accepting for the
-    /// daemon's next start.
-    public func accept(orWakeOn wake: Int32) throws(SocketFailure) -> UnixSocket? {
+    /// Waits in `waiter` (made for this listening socket, which must be non-blocking) for a
+    /// connection, until the waiter's wake descriptor becomes readable (then nil). Unlike
+    /// shutting the listener down, this leaves the socket as it was: one handed over by a
+    /// service manager must go on accepting for the daemon's next start.
+    public func accept(waitingIn waiter: ConnectionWaiter) throws(SocketFailure) -> UnixSocket? {
         while true {
-            // One waiter per connection: with poll(2) a connection woke every idle worker (up
-            // to eight), and all but one went back to sleep after a failed accept, a quarter
-            // of keychaind's CPU per short-lived connection (docs/performance.md).
             let woken: Bool
             do throws(SocketFailure) {
-                woken = try withDescriptor { (fd) throws(SocketFailure) in
+                woken = try withDescriptor { (_) throws(SocketFailure) in
                     do throws(SystemCallError) {
-                        return try SystemCall.retrying("epoll_wait") { csystem_wait_connection(fd, wake) } == 0
+                        return try SystemCall.retrying("epoll_wait") { csystem_wait_connection(waiter.epoll.rawValue) } == 0
                     } catch {
                         throw .system(error.call, error.errno)
                     }
@@ -316,4 +312,22 @@ public final class UnixSocket: Sendable {
         return Int32(clamping: (deadline - now + 999_999) / 1_000_000)
     }
 
+}
+
+/// One thread's wait for connections on a listening socket: an epoll instance holding the
+/// listener (of the threads waiting on it, a connection wakes one) and a wake descriptor (which
+/// wakes them all), kept for as long as the thread accepts. One instance per wait, as it was,
+/// cost four system calls per connection: epoll_create1, two epoll_ctl and its close
+/// (docs/performance.md, "keychaind's work per connection").
+public final class ConnectionWaiter: Sendable {
+    fileprivate let epoll: OwnedDescriptor
+
+    public init(listener: UnixSocket, wake: Int32) throws(SocketFailure) {
+        let fd = try listener.withDescriptor { (fd) throws(SocketFailure) in
+            let waiter = csystem_connection_waiter(fd, wake)
+            guard waiter >= 0 else { throw .system("epoll_ctl", errno) }
+            return waiter
+        }
+        epoll = OwnedDescriptor(adopting: fd)
+    }
 }

@@ -102,10 +102,22 @@ final class CredentialSocket: Sendable {
 
     /// Accepts and answers until `wake` becomes readable.
     func run(wake: Int32) {
+        var made: ConnectionWaiter?
+        while made == nil {
+            do {
+                made = try ConnectionWaiter(listener: listener, wake: wake)
+            } catch {
+                log(true, "credential socket: cannot wait for connections: \(error)")
+                // Waits a moment without spinning, unless the daemon is stopping.
+                var stop = pollfd(fd: wake, events: Int16(POLLIN), revents: 0)
+                if poll(&stop, 1, 50) > 0 { return }
+            }
+        }
+        guard let waiter = made else { return }
         while true {
             let accepted: UnixSocket?
             do {
-                accepted = try listener.accept(orWakeOn: wake)
+                accepted = try listener.accept(waitingIn: waiter)
             } catch {
                 log(true, "credential socket: accept failed: \(error)")
                 usleep(50_000)

@@ -94,10 +94,28 @@ final class PeerProcess {
     /// nil once the process has exited.
     func executable() -> String? { Self.readExecutable(in: directory, "exe") }
 
-    /// The executable of `pid` now, read once (no descriptor kept).
-    static func executable(pid: Int32) -> String? { readExecutable(in: AT_FDCWD, "/proc/\(pid)/exe") }
+    /// The executable of `pid` now, read once (no descriptor kept). Read for every connection:
+    /// its path is written into a buffer on the stack, not interpolated into a String.
+    static func executable(pid: Int32) -> String? {
+        var path: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)  // "/proc/" + 10 digits + "/exe" + NUL
+        return withUnsafeMutableBytes(of: &path) { raw in
+            var n = 0
+            for byte in "/proc/".utf8 { raw[n] = byte; n += 1 }
+            let digitsStart = n
+            var rest = UInt32(bitPattern: pid)
+            repeat {
+                raw[n] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+                n += 1
+            } while rest > 0
+            raw[digitsStart..<n].reverse()
+            for byte in "/exe".utf8 { raw[n] = byte; n += 1 }
+            raw[n] = 0
+            return readExecutable(in: AT_FDCWD, raw.baseAddress!.assumingMemoryBound(to: CChar.self))
+        }
+    }
 
-    static func readExecutable(in directory: Int32, _ path: String) -> String? {
+    static func readExecutable(in directory: Int32, _ path: UnsafePointer<CChar>) -> String? {
         if case .path(let exe) = readExecutableLink(in: directory, path) { return exe }
         return nil
     }
@@ -113,15 +131,25 @@ final class PeerProcess {
 
     func executableLink() -> ExecutableLink { Self.readExecutableLink(in: directory, "exe") }
 
-    private static func readExecutableLink(in directory: Int32, _ path: String) -> ExecutableLink {
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let n = buffer.withUnsafeMutableBufferPointer { b in
-            b.withMemoryRebound(to: CChar.self) { readlinkat(directory, path, $0.baseAddress!, $0.count - 1) }
+    private static func readExecutableLink(in directory: Int32, _ path: UnsafePointer<CChar>) -> ExecutableLink {
+        // Into the stack, uninitialized: a zeroed 4 KiB array per connection showed in the
+        // daemon's profile. A link that may not have fitted is read again into PATH_MAX.
+        if let link = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1024, { readLink(in: directory, path, into: $0) }) {
+            return link
         }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Int(PATH_MAX) + 1) { readLink(in: directory, path, into: $0) } ?? .gone
+    }
+
+    /// nil when the link filled `buffer`, so may be longer.
+    private static func readLink(in directory: Int32, _ path: UnsafePointer<CChar>,
+                                 into buffer: UnsafeMutableBufferPointer<UInt8>) -> ExecutableLink? {
+        let n = buffer.withMemoryRebound(to: CChar.self) { readlinkat(directory, path, $0.baseAddress!, $0.count) }
         guard n > 0 else { return n < 0 && errno == EACCES ? .hidden : .gone }
-        var exe = String(decoding: buffer[0..<n], as: UTF8.self)
-        if exe.hasSuffix(" (deleted)") { exe.removeLast(" (deleted)".count) }
-        return .path(exe)
+        guard n < buffer.count else { return nil }
+        var length = n
+        let deleted = " (deleted)".utf8
+        if length > deleted.count && buffer[(length - deleted.count)..<length].elementsEqual(deleted) { length -= deleted.count }
+        return .path(String(decoding: UnsafeBufferPointer(rebasing: buffer[..<length]), as: UTF8.self))
     }
 
     /// Whether the process is still there and runs what it ran at connect (`executable`, nil

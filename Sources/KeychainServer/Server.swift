@@ -57,7 +57,7 @@ public final class KeychainServer: LifecycleService, Sendable {
     /// service manager handed over is the manager's, and stays for the next start.
     private let ownsSocketFile: Bool
     /// Written to at shutdown: wakes the workers waiting in accept without touching the
-    /// listening socket itself (see UnixSocket.accept(orWakeOn:)).
+    /// listening socket itself (see UnixSocket.accept(waitingIn:)).
     private let wake: (read: Int32, write: Int32)
     private let workersRunning = DispatchGroup()
     private let busyPoll: BusyPoll
@@ -262,10 +262,14 @@ public final class KeychainServer: LifecycleService, Sendable {
     /// holds only its own worker.
     private func work() {
         defer { workersRunning.leave() }
+        guard let waiter = connectionWaiter() else {
+            state.withLock { $0.acceptors -= 1 }
+            return
+        }
         while true {
             let accepted: UnixSocket?
             do {
-                accepted = try listener.accept(orWakeOn: wake.read)
+                accepted = try listener.accept(waitingIn: waiter)
             } catch {
                 logger.error("accept failed: \(error)")
                 Thread.sleep(forTimeInterval: 0.05)  // e.g. out of descriptors: do not spin
@@ -287,15 +291,17 @@ public final class KeychainServer: LifecycleService, Sendable {
             // hold a slot (docs/security.md, "Fair service").
             // A connection made before a reload that starts telling apps apart by executable
             // holds no process: its next request is refused, and its client reconnects.
+            // The policy read once for the connection's admission (a lock and a copy each time).
+            let policy = executor.policy
             guard let (caller, process) = Caller.of(socket, holdingProcess: executor.identifiesByExecutable,
-                                                         readingUnit: executor.policy.identifiesByUnit,
+                                                         readingUnit: policy.identifiesByUnit,
                                                          readingStartTime: executor.asksThroughPolkit) else {
                 logger.warning("closing a connection whose peer credentials cannot be read")
                 socket.close()
                 guard rejoinAcceptors() else { return }
                 continue
             }
-            let refusal = executor.refusal(for: caller)
+            let refusal = StoreExecutor.refusal(for: caller, by: policy)
             let (decision, line) = state.withLock { state -> (ConnectionAdmission.Decision, String?) in
                 let decision = state.admission.admit(uid: caller.uid, refused: refusal != nil)
                 if decision == .admit {
@@ -317,7 +323,7 @@ public final class KeychainServer: LifecycleService, Sendable {
                 executor.metrics.refused("policy")
                 serveRefused(socket, caller, refusal)
             } else {
-                serve(socket, caller, process, bridge: bridgeLink(caller, process))
+                serve(socket, caller, process, bridge: bridgeLink(caller, process, policy: policy))
             }
             state.withLock { state in
                 state.connections[socket.fd] = nil
@@ -325,6 +331,20 @@ public final class KeychainServer: LifecycleService, Sendable {
             }
             socket.close()
             guard rejoinAcceptors() else { return }
+        }
+    }
+
+    /// This worker's wait for connections, made once for as long as it accepts; nil if the
+    /// daemon stops before one can be made (e.g. while out of descriptors).
+    private func connectionWaiter() -> ConnectionWaiter? {
+        while true {
+            do {
+                return try ConnectionWaiter(listener: listener, wake: wake.read)
+            } catch {
+                if state.withLock({ $0.shuttingDown }) { return nil }
+                logger.error("cannot wait for connections: \(error)")
+                Thread.sleep(forTimeInterval: 0.05)  // do not spin
+            }
         }
     }
 
@@ -405,8 +425,8 @@ public final class KeychainServer: LifecycleService, Sendable {
     /// For a connection from a configured bridge: what it needs to speak for other processes,
     /// holding the bridge's process (nil for every other connection, or if the process is gone
     /// or no longer runs what it ran a moment ago).
-    private func bridgeLink(_ caller: Caller, _ process: PeerProcess?) -> BridgeLink? {
-        guard let executable = caller.executable, executor.policy.isBridge(executable),
+    private func bridgeLink(_ caller: Caller, _ process: PeerProcess?, policy: AccessPolicy) -> BridgeLink? {
+        guard let executable = caller.executable, policy.isBridge(executable),
               let held = process ?? PeerProcess(pid: caller.pid, uid: caller.uid),
               held.executable() == executable else { return nil }
         return BridgeLink(process: held, executable: executable)

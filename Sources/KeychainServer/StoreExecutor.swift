@@ -963,10 +963,9 @@ final class StoreExecutor: Sendable {
                               response: response, bridgePID: bridgePID)
     }
 
-    /// Why the policy in force refuses `caller` outright (no access group, and not an admin),
-    /// or nil when it may make some call.
-    func refusal(for caller: Caller) -> String? {
-        let policy = settings.withLock { $0.policy }
+    /// Why `policy` refuses `caller` outright (no access group, and not an admin), or nil when
+    /// it may make some call.
+    static func refusal(for caller: Caller, by policy: AccessPolicy) -> String? {
         // A bridge's rights come with each call, from the process it speaks for.
         guard policy.scope(for: caller).groups.isEmpty, !policy.isAdmin(caller), !policy.isBridge(caller.executable) else { return nil }
         return policy.refusal(for: caller)

@@ -26,11 +26,21 @@ int csystem_spawn_detached(int32_t *pid, const char *path, char *const argv[], c
 /// `keychain run` to end what its command leaves behind. Returns 0, or -1 with errno set.
 int csystem_become_subreaper(void);
 
-/// Waits until the listening socket `listener` or the descriptor `wake` is readable: 1 for a
-/// connection, 0 for `wake` (which wins when both are), -1 with errno set. The listener goes
-/// into an epoll instance of this call's own with EPOLLEXCLUSIVE (Linux 4.5), so of the threads
-/// waiting on one listener a new connection wakes one, where poll(2) wakes them all; `wake`
-/// wakes every waiter. The Glibc module does not import sys/epoll.h.
-int csystem_wait_connection(int listener, int wake);
+/// accept4(listener, NULL, NULL, SOCK_CLOEXEC): a connection already close-on-exec, in one
+/// system call (the Glibc module does not import accept4).
+int csystem_accept(int listener);
+
+/// An epoll instance for one thread that waits on the listening socket `listener` and the
+/// descriptor `wake` (close-on-exec), or -1 with errno set. The listener goes in with
+/// EPOLLEXCLUSIVE (Linux 4.5), so of the threads waiting on one listener a new connection
+/// wakes one, where poll(2) wakes them all; `wake` wakes every waiter. Made once per thread:
+/// an instance per wait cost four system calls per connection (docs/performance.md). The Glibc
+/// module does not import sys/epoll.h.
+int csystem_connection_waiter(int listener, int wake);
+
+/// Waits in `waiter` (csystem_connection_waiter): 1 for a connection (perhaps already taken
+/// by another thread), 0 for `wake` (which wins when both are), -1 with errno set (EINTR
+/// included: the caller retries).
+int csystem_wait_connection(int waiter);
 
 #endif
