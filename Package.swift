@@ -123,9 +123,12 @@ let package = Package(
         // Fully static: no dynamic loader, no libswiftCore/Foundation relocations at start-up,
         // so a whole `keychain get` costs about what `keyctl pipe` does (docs/performance.md).
         .executableTarget(
-            name: "keychain", dependencies: ["KeychainCLI"],
+            name: "keychain", dependencies: ["KeychainCLI", "CProcessArguments"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
+        // argc and argv from glibc for the static CLI, so the runtime's constructor that parses
+        // /proc/self/maps for them is not linked (docs/performance.md, "The CLI's start").
+        .target(name: "CProcessArguments"),
         // The same CLI linked dynamically, so that tests can load a free() hook into it.
         .executableTarget(name: "keychain-dynamic", dependencies: ["KeychainCLI"]),
         // SSHAgent: the agent-signature figures speak the agent protocol to both agents.
