@@ -126,7 +126,7 @@ let package = Package(
             name: "keychain", dependencies: ["KeychainCLI", "CProcessArguments"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
-        // argc and argv from glibc for the static CLI, so the runtime's constructor that parses
+        // argc and argv from glibc for the static executables, so the runtime's constructor that parses
         // /proc/self/maps for them is not linked (docs/performance.md, "The CLI's start").
         .target(name: "CProcessArguments"),
         // The same CLI linked dynamically, so that tests can load a free() hook into it.
@@ -145,7 +145,7 @@ let package = Package(
         ),
         // Static like the CLI: git starts it for every fetch and push.
         .executableTarget(
-            name: "git-credential-keychain", dependencies: ["GitCredential"],
+            name: "git-credential-keychain", dependencies: ["GitCredential", "CProcessArguments"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
         // What KeychainStoreTests and KeychainSyncTests share (the store fixture, the schema history
