@@ -53,6 +53,7 @@ struct object {
     int can_sign, can_derive, always_sensitive;
     CK_SESSION_HANDLE session;   /* non-zero: a session object (a derived secret) */
     int live;
+    uint64_t listed;             /* the latest listing (its number) that showed it */
 };
 
 struct session {
@@ -77,6 +78,8 @@ static int logged_in;
 static struct session *sessions[MAX_SESSIONS];
 static struct object *objects[MAX_OBJECTS];
 static size_t object_count;
+/* Listings started, under state_lock: each listing's number. */
+static uint64_t listings;
 
 /* MARK: helpers */
 
@@ -162,12 +165,20 @@ static struct object *object_of(CK_OBJECT_HANDLE handle) {
 
 /* Adds an object, or finds the one of that class and item already known. Returns its handle,
  * 0 when the table is full. Call with state_lock held. */
+/* A token object a listing showed: found again by searches (state_lock held). The highest
+ * listing number is kept, so an older listing that ends later cannot hide what a newer one
+ * showed. */
+static void mark_listed(struct object *o, uint64_t listing) {
+    o->live = 1;
+    if (o->listed < listing) o->listed = listing;
+}
+
 static CK_OBJECT_HANDLE remember(const struct object *o, int *fresh) {
     *fresh = 0;
     if (!o->session) {
         for (size_t i = 0; i < object_count; i++)
             if (!objects[i]->session && objects[i]->class == o->class && memcmp(objects[i]->ref, o->ref, 20) == 0) {
-                objects[i]->live = 1;
+                mark_listed(objects[i], o->listed);
                 return i + 1;
             }
     }
@@ -261,9 +272,10 @@ static int public_key(struct session *s, const uint8_t ref[20], uint8_t *out, si
 }
 
 /* A certificate item of a list answer as an object (its DER copied out of the answer). */
-static void add_certificate(const struct wire_dict *d) {
+static void add_certificate(const struct wire_dict *d, uint64_t listing) {
     struct object o;
     memset(&o, 0, sizeof o);
+    o.listed = listing;
     const struct wire_value *ref = wire_find(d, "v_PersistentRef");
     const struct wire_value *der_value = wire_find(d, "v_Data");
     const struct wire_value *hash = wire_find(d, "pkhh");
@@ -274,7 +286,7 @@ static void add_certificate(const struct wire_dict *d) {
     pthread_mutex_lock(&state_lock);
     for (size_t i = 0; i < object_count; i++)
         if (objects[i]->class == CKO_CERTIFICATE && memcmp(objects[i]->ref, o.ref, 20) == 0) {
-            objects[i]->live = 1;
+            mark_listed(objects[i], listing);
             pthread_mutex_unlock(&state_lock);
             return;
         }
@@ -300,8 +312,9 @@ static void add_certificate(const struct wire_dict *d) {
 
 /* A private key item of a list answer: marks a known key's objects as listed, or fills `o`
  * for a new one (1), whose public key is read once the answer is complete. */
-static int read_key(const struct wire_dict *d, struct object *o) {
+static int read_key(const struct wire_dict *d, struct object *o, uint64_t listing) {
     memset(o, 0, sizeof *o);
+    o->listed = listing;
     const struct wire_value *ref = wire_find(d, "v_PersistentRef");
     const struct wire_value *type = wire_find(d, "type");
     const struct wire_value *klbl = wire_find(d, "klbl");
@@ -312,7 +325,7 @@ static int read_key(const struct wire_dict *d, struct object *o) {
     pthread_mutex_lock(&state_lock);
     for (size_t i = 0; i < object_count; i++)
         if (!objects[i]->session && objects[i]->class != CKO_CERTIFICATE && memcmp(objects[i]->ref, ref->bytes, 20) == 0) {
-            objects[i]->live = 1;
+            mark_listed(objects[i], listing);
             known = 1;
         }
     pthread_mutex_unlock(&state_lock);
@@ -358,10 +371,11 @@ static CK_RV list(struct session *s, int certificates) {
     int rc = wire_call(&s->connection, &w, &a);
     wire_free(&w);
     if (rc) return CKR_DEVICE_REMOVED;
-    /* What this listing does not show is no longer found by searches. */
+    /* Objects are hidden only once the whole listing is in, and only those neither it nor a
+     * later one showed: hiding them all first, as this did, let another session's search,
+     * run in between, find none of the token's objects. */
     pthread_mutex_lock(&state_lock);
-    for (size_t i = 0; i < object_count; i++)
-        if (!objects[i]->session && (objects[i]->class == CKO_CERTIFICATE) == certificates) objects[i]->live = 0;
+    uint64_t listing = ++listings;
     pthread_mutex_unlock(&state_lock);
     struct wire_dict *d = malloc(sizeof *d);
     if (!d) { wire_answer_free(&a); return CKR_HOST_MEMORY; }
@@ -380,7 +394,7 @@ static CK_RV list(struct session *s, int certificates) {
             const uint8_t *bytes;
             uint32_t n;
             if (wire_next_item(&a, &bytes, &n, d) != 3) { rv = CKR_DEVICE_ERROR; break; }
-            if (certificates) { add_certificate(d); continue; }
+            if (certificates) { add_certificate(d, listing); continue; }
             if (fresh_count == fresh_capacity) {
                 size_t capacity = fresh_capacity ? fresh_capacity * 2 : 8;
                 struct object *grown = capacity <= MAX_OBJECTS ? realloc(fresh, capacity * sizeof *fresh) : NULL;
@@ -388,7 +402,7 @@ static CK_RV list(struct session *s, int certificates) {
                 fresh = grown;
                 fresh_capacity = capacity;
             }
-            if (read_key(d, &fresh[fresh_count])) fresh_count++;
+            if (read_key(d, &fresh[fresh_count], listing)) fresh_count++;
         }
         if (rv != CKR_OK || a.kind == 2) break;
         if (wire_read_answer(&s->connection, &a)) { rv = CKR_DEVICE_REMOVED; break; }
@@ -397,6 +411,13 @@ static CK_RV list(struct session *s, int certificates) {
     free(d);
     for (size_t i = 0; rv == CKR_OK && i < fresh_count; i++) add_key(s, &fresh[i]);
     free(fresh);
+    if (rv != CKR_OK) return rv;
+    /* What this listing does not show is no longer found by searches. */
+    pthread_mutex_lock(&state_lock);
+    for (size_t i = 0; i < object_count; i++)
+        if (!objects[i]->session && (objects[i]->class == CKO_CERTIFICATE) == certificates && objects[i]->listed < listing)
+            objects[i]->live = 0;
+    pthread_mutex_unlock(&state_lock);
     return rv;
 }
 
@@ -1170,7 +1191,12 @@ EXPORT CK_RV C_GenerateKeyPair(CK_SESSION_HANDLE handle, CK_MECHANISM *mechanism
             if (rc || a.status != 0 || a.kind != 1 || wire_next_item(&a, &bytes, &n, d) != 3) rv = CKR_DEVICE_ERROR;
             else {
                 struct object o;
-                if (read_key(d, &o)) add_key(s, &o);
+                /* Numbered as a listing of its own, so that a listing begun before the key
+                 * existed does not hide it when it ends. */
+                pthread_mutex_lock(&state_lock);
+                uint64_t listing = ++listings;
+                pthread_mutex_unlock(&state_lock);
+                if (read_key(d, &o, listing)) add_key(s, &o);
                 rv = CKR_DEVICE_ERROR;
                 pthread_mutex_lock(&state_lock);
                 for (size_t i = 0; i < object_count; i++) {
