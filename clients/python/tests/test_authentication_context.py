@@ -17,19 +17,22 @@ def prompts(p):
     return p.said().count("GETPIN")
 
 
-def test_one_prompt_serves_every_read_that_carries_the_context(start_daemon):
-    p = Prompt(start_daemon, [PASSCODE])
+def asking_item_and_context(start_daemon, answers):
+    """A daemon whose prompt gives `answers`, its token that asks first, and a new context."""
+    p = Prompt(start_daemon, answers)
     p.conn.add(token(), require="presence")
-    context = AuthenticationContext(p.conn)
+    return p, AuthenticationContext(p.conn)
+
+
+def test_one_prompt_serves_every_read_that_carries_the_context(start_daemon):
+    p, context = asking_item_and_context(start_daemon, [PASSCODE])
     assert p.conn.copy_matching(SECRET, context=context) == b"s3cret"
     assert p.conn.get_password("prod", "deploy", context=context) == b"s3cret"
     assert prompts(p) == 1
 
 
 def test_authenticate_asks_now_with_the_reason_and_spares_the_reads(start_daemon):
-    p = Prompt(start_daemon, [PASSCODE])
-    p.conn.add(token(), require="presence")
-    context = AuthenticationContext(p.conn)
+    p, context = asking_item_and_context(start_daemon, [PASSCODE])
     context.authenticate("ship the release")
     assert "Its reason: ship the release" in p.said()
     assert p.conn.copy_matching(SECRET, context=context, auth_ui="fail") == b"s3cret"
@@ -37,17 +40,13 @@ def test_authenticate_asks_now_with_the_reason_and_spares_the_reads(start_daemon
 
 
 def test_evaluate_is_authenticate(start_daemon):
-    p = Prompt(start_daemon, [PASSCODE])
-    p.conn.add(token(), require="presence")
-    context = AuthenticationContext(p.conn)
+    p, context = asking_item_and_context(start_daemon, [PASSCODE])
     context.evaluate("deploy")
     assert p.conn.get_password("prod", "deploy", context=context, auth_ui="fail") == b"s3cret"
 
 
 def test_cancelling_authenticate_is_user_canceled_and_the_context_stays_unauthenticated(start_daemon):
-    p = Prompt(start_daemon, ["cancel"])
-    p.conn.add(token(), require="presence")
-    context = AuthenticationContext(p.conn)
+    p, context = asking_item_and_context(start_daemon, ["cancel"])
     with pytest.raises(UserCanceled):
         context.authenticate("deploy")
     with pytest.raises(InteractionNotAllowed):
@@ -55,9 +54,7 @@ def test_cancelling_authenticate_is_user_canceled_and_the_context_stays_unauthen
 
 
 def test_an_invalidated_context_opens_nothing_and_is_not_sent(start_daemon):
-    p = Prompt(start_daemon, [PASSCODE])
-    p.conn.add(token(), require="presence")
-    context = AuthenticationContext(p.conn)
+    p, context = asking_item_and_context(start_daemon, [PASSCODE])
     context.authenticate("deploy")
     reference = context.reference
     context.invalidate()
