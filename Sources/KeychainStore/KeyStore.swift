@@ -71,7 +71,13 @@ public struct KeyStore {
         if let ref = parsed.persistentRef {
             fetched = try store.rows.named(ref, groups: groups)
         } else {
-            fetched = try store.rows.all(ItemTable.selection(plan.filter))
+            // Stops at the first match, opening rows as it goes: copying every candidate row out
+            // of the lock would cost a caller with many keys all of them on each call. The one
+            // row found is opened again after the lock, as a row named by reference is.
+            let (items, corrupt) = try store.items.find(plan, limit: 1, withAttributes: true)
+            guard let item = items.first, let pdmn = item.row.protection else { throw SecItems.nothingFound(corrupt: corrupt) }
+            fetched = FetchedRows(rows: [(item.row, try store.classKey(pdmn))], corrupt: corrupt, lastRowID: item.row.rowid,
+                                  exhausted: true, readAt: store.now())
         }
         // Refused here when no row is the caller's: nothing leaves the lock for it.
         guard !fetched.rows.isEmpty else { throw SecItems.nothingFound(corrupt: fetched.corrupt) }
